@@ -1,0 +1,263 @@
+//! Typed configuration, layered once at start-up: built-in defaults, then a TOML file
+//! (`config/default.toml` or `--config FILE`), then `AGUI_*` environment variables, then
+//! command-line flags (SPEC §9). Validated once; the rest of the program trusts it.
+//!
+//! Environment names: top-level keys as `AGUI_<KEY>` (`AGUI_LISTEN`, `AGUI_REDIS_URL`), nested
+//! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The whole broker configuration. Every field has a default, so an empty file is valid.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server binds (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
+    pub redis_url: String,
+    /// SSE stream settings.
+    pub sse: SseConfig,
+    /// Per-connection queue bounds.
+    pub queue: QueueConfig,
+    /// Publish size limits.
+    pub limits: LimitsConfig,
+    /// Log retention.
+    pub retention: RetentionConfig,
+    /// Graceful shutdown.
+    pub shutdown: ShutdownConfig,
+}
+
+/// SSE stream settings (SPEC §3).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SseConfig {
+    /// Reconnection delay sent as the first frame's `retry:` field, in milliseconds.
+    pub retry_ms: u64,
+    /// Interval of heartbeat comments on an otherwise idle stream (humantime, e.g. `"15s"`).
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+}
+
+/// Per-connection queue bounds (SPEC §5). A subscriber whose queue would exceed either bound
+/// is over-full.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Most events pending for one connection.
+    pub max_events: usize,
+    /// Most bytes of encoded frames pending for one connection.
+    pub max_bytes: usize,
+}
+
+/// Publish size limits (HTTP 413 beyond them).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest single event, in bytes of JSON as sent.
+    pub max_event_bytes: usize,
+    /// Largest JSON or NDJSON request body, in bytes (an SSE ingest is checked per event).
+    pub max_body_bytes: usize,
+}
+
+/// Log retention (SPEC §6).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Keep about this many newest events per thread (`0`: unbounded).
+    pub max_events: usize,
+}
+
+/// Graceful shutdown (SPEC §9).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// How long open streams may stay open after SIGTERM before they are ended (humantime).
+    #[serde(with = "humantime_serde")]
+    pub drain: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            redis_url: String::new(),
+            sse: SseConfig::default(),
+            queue: QueueConfig::default(),
+            limits: LimitsConfig::default(),
+            retention: RetentionConfig::default(),
+            shutdown: ShutdownConfig::default(),
+        }
+    }
+}
+
+impl Default for SseConfig {
+    fn default() -> Self {
+        SseConfig {
+            retry_ms: 2_000,
+            heartbeat: Duration::from_secs(15),
+        }
+    }
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_events: 4_096,
+            max_bytes: 4 << 20,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_event_bytes: 1 << 20,
+            max_body_bytes: 16 << 20,
+        }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { max_events: 10_000 }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A configuration that cannot be loaded or does not make sense.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file, an environment variable or a flag has a wrong key or value.
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    /// Values that parse but contradict each other or are out of range.
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// Flags given on the command line, applied last.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen ADDR`.
+    pub listen: Option<SocketAddr>,
+    /// `--redis-url URL`.
+    pub redis_url: Option<String>,
+}
+
+impl Config {
+    /// Loads defaults ← `file` (or `config/default.toml` when it exists) ← `AGUI_*` env ← flags.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the bad key or value; a missing explicit `file` is an error.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Invalid(format!(
+                        "config file {} not found",
+                        path.display()
+                    )));
+                }
+                fig = fig.merge(Toml::file(path));
+            }
+            None => fig = fig.merge(Toml::file("config/default.toml")),
+        }
+        fig = fig.merge(Env::prefixed("AGUI_").split("__"));
+        if let Some(listen) = overrides.listen {
+            fig = fig.merge(("listen", listen));
+        }
+        if let Some(url) = &overrides.redis_url {
+            fig = fig.merge(("redis_url", url));
+        }
+        let config: Config = fig.extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges the types cannot express.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.queue.max_events == 0 || self.queue.max_bytes == 0 {
+            return bad("queue.max_events and queue.max_bytes must be > 0");
+        }
+        if self.limits.max_event_bytes == 0
+            || self.limits.max_body_bytes < self.limits.max_event_bytes
+        {
+            return bad("limits.max_event_bytes must be > 0 and <= limits.max_body_bytes");
+        }
+        if self.sse.heartbeat.is_zero() {
+            return bad("sse.heartbeat must be > 0");
+        }
+        if !self.redis_url.is_empty()
+            && !self.redis_url.starts_with("redis://")
+            && !self.redis_url.starts_with("rediss://")
+        {
+            return bad("redis_url must start with redis:// or rediss://");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_file_matches_them() {
+        Config::default().validate().unwrap();
+        let shipped = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/config/default.toml"
+            )))
+            .extract::<Config>()
+            .unwrap();
+        assert_eq!(
+            shipped,
+            Config::default(),
+            "config/default.toml documents the defaults"
+        );
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "listen = \"127.0.0.1:1\"\n[queue]\nmax_events = 5\n",
+            )?;
+            jail.set_env("AGUI_QUEUE__MAX_EVENTS", "7");
+            jail.set_env("AGUI_REDIS_URL", "redis://127.0.0.1:6379");
+            let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.queue.max_events, 7);
+            assert_eq!(c.listen.port(), 1);
+            assert_eq!(c.redis_url, "redis://127.0.0.1:6379");
+            let o = Overrides {
+                listen: Some("127.0.0.1:2".parse().unwrap()),
+                redis_url: Some(String::new()),
+            };
+            let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();
+            assert_eq!(c.listen.port(), 2);
+            assert_eq!(c.redis_url, "");
+            jail.create_file("bad.toml", "[queue]\nmax_evnts = 5\n")?;
+            assert!(Config::load(Some(Path::new("bad.toml")), &Overrides::default()).is_err());
+            Ok(())
+        });
+    }
+}

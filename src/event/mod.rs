@@ -1,0 +1,115 @@
+//! AG-UI 1.0 event model: event types, thread ids and the validated event that travels down
+//! the data path (`http` → **`event`** → `log` → `hub` → `queue` → `sse`).
+//!
+//! Events are kept as the producer's JSON (compactly re-serialised) rather than as typed
+//! structs: the broker must never drop or rewrite a producer's field (SPEC §2), and only a few
+//! fields (`type`, ids, deltas) are ever read downstream.
+
+mod types;
+pub mod validate;
+
+pub use types::EventType;
+pub use validate::{ValidationError, validate_event, validate_value};
+
+use bytes::Bytes;
+use std::fmt;
+use std::sync::Arc;
+
+/// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]` (SPEC §1).
+///
+/// Cheap to clone (`Arc<str>`). The character set keeps it safe inside a Redis hash tag
+/// (`{threadId}`) and a URL path segment without escaping.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(Arc<str>);
+
+/// Why a string is not a valid [`ThreadId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThreadIdError {
+    /// Empty or longer than 128 characters.
+    #[error("threadId must be 1 to 128 characters long, got {0}")]
+    Length(usize),
+    /// A character outside `[A-Za-z0-9._:-]`.
+    #[error("threadId may only contain A-Z a-z 0-9 . _ : - (found {0:?})")]
+    Character(char),
+}
+
+impl ThreadId {
+    /// Longest accepted thread id, in characters (SPEC §1).
+    pub const MAX_LEN: usize = 128;
+
+    /// Parses a thread id.
+    ///
+    /// # Errors
+    /// [`ThreadIdError`] when the length or a character is out of the SPEC §1 range.
+    pub fn parse(s: &str) -> Result<Self, ThreadIdError> {
+        if s.is_empty() || s.len() > Self::MAX_LEN {
+            return Err(ThreadIdError::Length(s.chars().count()));
+        }
+        if let Some(c) = s
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+        {
+            return Err(ThreadIdError::Character(c));
+        }
+        Ok(Self(Arc::from(s)))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ThreadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ThreadId({})", &self.0)
+    }
+}
+
+/// An event that passed schema validation, ready to append.
+///
+/// `json` is the compact serialisation of the producer's object, unknown fields included; it
+/// is what gets stored in the log and, unchanged, what subscribers receive in `data:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidEvent {
+    /// The AG-UI `type`.
+    pub event_type: EventType,
+    /// Compact one-line JSON of the whole event object (no `\n`, so one `data:` line suffices).
+    pub json: Bytes,
+}
+
+impl ValidEvent {
+    /// Parses the stored JSON back into a value (for folds and tests; not on the hot path).
+    ///
+    /// # Errors
+    /// Only if `json` was not produced by validation (it always parses when it was).
+    pub fn value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_slice(&self.json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_id_rules() {
+        assert!(ThreadId::parse("thread_Id_1").is_ok());
+        assert!(ThreadId::parse("a.b:c-d").is_ok());
+        assert_eq!(ThreadId::parse(""), Err(ThreadIdError::Length(0)));
+        assert_eq!(
+            ThreadId::parse(&"x".repeat(129)),
+            Err(ThreadIdError::Length(129))
+        );
+        assert!(ThreadId::parse(&"x".repeat(128)).is_ok());
+        assert_eq!(ThreadId::parse("a b"), Err(ThreadIdError::Character(' ')));
+        assert_eq!(ThreadId::parse("a{b}"), Err(ThreadIdError::Character('{')));
+        assert_eq!(ThreadId::parse("é"), Err(ThreadIdError::Character('é')));
+    }
+}

@@ -1,0 +1,30 @@
+//! # agui-fanout
+//!
+//! A broker that carries AG-UI agent events to browsers: producers append events to a
+//! per-thread, totally ordered log (in memory, or Redis Streams); subscribers follow a thread
+//! over Server-Sent Events and resume exactly with `Last-Event-ID`. The contract is
+//! `SPEC.md` (shipped with the project's shared documents).
+//!
+//! # Layout
+//! The data path runs one way, one module per stage:
+//!
+//! - [`http`]: the router: publish, subscribe, health, metrics; JSON errors.
+//! - [`event`]: the AG-UI 1.0 event model and schema validation.
+//! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
+//! - [`hub`]: one reader per thread per node, fan-out of encoded frames into queues.
+//! - [`queue`]: the per-connection bounded queue.
+//! - [`sse`]: the SSE wire encoding and the subscriber's response body.
+//!
+//! Around it: [`config`] (file + env + CLI), [`app`] (wiring, serving, graceful drain),
+//! [`metrics`] (every metric name), [`replay`] (the `replay` subcommand: a client).
+
+pub mod app;
+pub mod config;
+pub mod event;
+pub mod http;
+pub mod hub;
+pub mod log;
+pub mod metrics;
+pub mod queue;
+pub mod replay;
+pub mod sse;

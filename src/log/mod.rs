@@ -1,0 +1,339 @@
+//! The per-thread, totally ordered event log (SPEC §1, §4, §6), behind one trait with two
+//! backends: [`memory`] (embedded default, one node) and [`redis`] (Redis Streams, many nodes).
+//!
+//! Data path position: `event` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
+//! offers two ways out: [`EventLog::read`] (pages, for replay on resume) and a node-wide
+//! [`Tail`] that follows every thread with local subscribers and reads each of them **once**
+//! per node, whatever the number of subscribers (SPEC §7).
+
+pub mod memory;
+pub mod redis;
+
+use crate::event::{EventType, ThreadId, ValidEvent};
+use bytes::Bytes;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// A thread log's epoch: a random 32-bit value drawn when the log is created.
+///
+/// If a thread's log is lost and recreated (Redis flushed, failover without the data, idle
+/// expiry), it gets a new epoch, so ids of the old log are never taken for positions in the
+/// new one (SPEC §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Epoch(pub u32);
+
+impl Epoch {
+    /// Draws a fresh random epoch.
+    pub fn random() -> Self {
+        Epoch(rand::random())
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:08x}", self.0)
+    }
+}
+
+/// A position inside one epoch of a thread log, ordered like a Redis Streams entry ID
+/// `<ms>-<seq>` (the memory backend uses `0-<n>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StreamPos {
+    /// Milliseconds part of the entry ID.
+    pub ms: u64,
+    /// Sequence part of the entry ID.
+    pub seq: u64,
+}
+
+impl StreamPos {
+    /// The position before every entry (`0-0`, never assigned to an entry).
+    pub const ZERO: StreamPos = StreamPos { ms: 0, seq: 0 };
+
+    /// Builds a position.
+    pub const fn new(ms: u64, seq: u64) -> Self {
+        StreamPos { ms, seq }
+    }
+}
+
+impl fmt::Display for StreamPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+impl FromStr for StreamPos {
+    type Err = IdParseError;
+    /// Parses a Redis Streams entry ID `<ms>-<seq>` (both decimal `u64`).
+    fn from_str(s: &str) -> Result<Self, IdParseError> {
+        let (ms, seq) = s.split_once('-').ok_or(IdParseError)?;
+        Ok(StreamPos {
+            ms: parse_decimal(ms)?,
+            seq: parse_decimal(seq)?,
+        })
+    }
+}
+
+fn parse_decimal(s: &str) -> Result<u64, IdParseError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(IdParseError);
+    }
+    s.parse().map_err(|_| IdParseError)
+}
+
+/// The SSE `id:` of an event: `<epoch as 8 hex digits>-<ms>-<seq>`, e.g. `0a1b2c3d-1764500000000-0`.
+///
+/// Opaque to clients; strictly increasing within a thread's epoch (SPEC §1, §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventId {
+    /// The log epoch the id belongs to.
+    pub epoch: Epoch,
+    /// The entry's position in that epoch.
+    pub pos: StreamPos,
+}
+
+/// A string that is not an [`EventId`] (or a stream position).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed event id")]
+pub struct IdParseError;
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.epoch, self.pos)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = IdParseError;
+    /// Parses `<8 hex>-<ms>-<seq>`; anything else (including surrounding spaces) is an error.
+    fn from_str(s: &str) -> Result<Self, IdParseError> {
+        let (epoch, pos) = s.split_once('-').ok_or(IdParseError)?;
+        if epoch.len() != 8 || !epoch.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(IdParseError);
+        }
+        let epoch = u32::from_str_radix(epoch, 16).map_err(|_| IdParseError)?;
+        Ok(EventId {
+            epoch: Epoch(epoch),
+            pos: pos.parse()?,
+        })
+    }
+}
+
+/// One appended event as read back from the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogEntry {
+    /// The id assigned at append.
+    pub id: EventId,
+    /// The AG-UI `type` (saves downstream stages from parsing `json`).
+    pub event_type: EventType,
+    /// Compact one-line JSON of the event, exactly as validated at publish.
+    pub json: Bytes,
+}
+
+/// Where a [`EventLog::read`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// From the first retained entry of the current epoch.
+    Start,
+    /// Strictly after this id, which must be resumable (same epoch, nothing after it trimmed,
+    /// not ahead of the log).
+    After(EventId),
+}
+
+/// The state of a thread log's ends, for starting a subscription or a tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogHead {
+    /// Current epoch (a thread that never had an event still has one).
+    pub epoch: Epoch,
+    /// Position of the newest entry ever appended in this epoch (`StreamPos::ZERO` if none).
+    pub last: StreamPos,
+    /// Highest position ever removed by trimming (`StreamPos::ZERO` if nothing was trimmed):
+    /// a resume after `p` is exact only when `p >= max_deleted` (Redis 7 `max-deleted-entry-id`).
+    pub max_deleted: StreamPos,
+}
+
+impl LogHead {
+    /// True when the retained log still holds the thread's first event (SPEC §2 `?from=start`).
+    pub fn complete_from_start(&self) -> bool {
+        self.max_deleted == StreamPos::ZERO
+    }
+
+    /// The id of the newest event, if any.
+    pub fn last_id(&self) -> Option<EventId> {
+        (self.last != StreamPos::ZERO).then_some(EventId {
+            epoch: self.epoch,
+            pos: self.last,
+        })
+    }
+}
+
+/// How much of each thread's log is retained (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep about this many newest events per thread (Redis: `XADD … MAXLEN ~`, so the actual
+    /// count may exceed it by up to one macro node). `0` means unbounded.
+    pub max_events: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { max_events: 10_000 }
+    }
+}
+
+/// Why an id cannot be resumed exactly (each case gets a prelude in SPEC §4.3; counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeGap {
+    /// The id belongs to another epoch of the thread's log.
+    #[error("event id is from another epoch of this thread's log")]
+    OtherEpoch,
+    /// Events after the id were trimmed away.
+    #[error("events after this id were trimmed")]
+    Trimmed,
+    /// The id is ahead of the newest event.
+    #[error("event id is ahead of the log")]
+    Ahead,
+}
+
+impl ResumeGap {
+    /// Metric label (`agui_resumes_total{outcome}`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeGap::OtherEpoch => "epoch",
+            ResumeGap::Trimmed => "trimmed",
+            ResumeGap::Ahead => "ahead",
+        }
+    }
+}
+
+/// Errors of a log backend.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LogError {
+    /// The backend cannot be reached or answered with an error; retry later (HTTP 503).
+    #[error("log backend unavailable: {0}")]
+    Unavailable(String),
+    /// A read asked for a position that cannot be resumed exactly.
+    #[error(transparent)]
+    Gap(#[from] ResumeGap),
+}
+
+/// What a [`Tail`] reports to the hub.
+#[derive(Clone, Debug)]
+pub enum TailItem {
+    /// New entries of a followed thread, in log order, each strictly after the previous batch.
+    Entries {
+        /// The thread.
+        thread: ThreadId,
+        /// One or more entries.
+        entries: Vec<LogEntry>,
+    },
+    /// The tail could not continue exactly where it was (the log was recreated under a new
+    /// epoch, or trimmed past the tail's position). It continues strictly after `head.last`;
+    /// the hub must not pretend the stream it fans out is continuous across this point.
+    Discontinuity {
+        /// The thread.
+        thread: ThreadId,
+        /// The log's head when the tail noticed; the tail follows strictly after `head.last`.
+        head: LogHead,
+        /// What broke continuity.
+        reason: ResumeGap,
+    },
+}
+
+/// The node-wide follower of thread logs. Cheap to call from any task; never blocks.
+pub trait Tail: Send + Sync + 'static {
+    /// Starts following `thread` strictly after `after` in `epoch`; replaces any earlier follow.
+    fn follow(&self, thread: ThreadId, epoch: Epoch, after: StreamPos);
+    /// Stops following `thread` (no more [`TailItem`]s for it after a short while).
+    fn unfollow(&self, thread: &ThreadId);
+}
+
+/// A thread log backend. All methods are cancel-safe with respect to the log's content: an
+/// append is either wholly in the log or not at all.
+#[async_trait::async_trait]
+pub trait EventLog: Send + Sync + 'static {
+    /// Backend name for logs and metrics (`"memory"` or `"redis"`).
+    fn name(&self) -> &'static str;
+
+    /// Appends `events` atomically (all or nothing) and returns their ids, in order.
+    /// An empty batch appends nothing and returns no ids.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] when the backend cannot be reached; nothing was appended.
+    async fn append(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+    ) -> Result<Vec<EventId>, LogError>;
+
+    /// Up to `limit` entries in log order, starting as `from` says.
+    ///
+    /// # Errors
+    /// [`LogError::Gap`] when `from` is an id that cannot be resumed exactly;
+    /// [`LogError::Unavailable`] when the backend cannot be reached.
+    async fn read(
+        &self,
+        thread: &ThreadId,
+        from: ReadFrom,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, LogError>;
+
+    /// The thread's current [`LogHead`] (creating its epoch if the thread is new).
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] when the backend cannot be reached.
+    async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError>;
+
+    /// Answers when the backend is reachable (readiness, SPEC §2 `/readyz`).
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] otherwise.
+    async fn ping(&self) -> Result<(), LogError>;
+
+    /// Starts the node's tail: followed threads' new entries go to `sink` in log order until
+    /// `shutdown` is cancelled. Called once per node by the hub.
+    fn start_tail(
+        &self,
+        sink: mpsc::Sender<TailItem>,
+        shutdown: CancellationToken,
+    ) -> Arc<dyn Tail>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_id_round_trip_and_rejects() {
+        let id = EventId {
+            epoch: Epoch(0x0a1b2c3d),
+            pos: StreamPos::new(1764500000000, 7),
+        };
+        assert_eq!(id.to_string(), "0a1b2c3d-1764500000000-7");
+        assert_eq!("0a1b2c3d-1764500000000-7".parse::<EventId>(), Ok(id));
+        for bad in [
+            "",
+            "x",
+            "0a1b2c3d",
+            "0a1b2c3d-1",
+            "0a1b2c3d-1-",
+            "0a1b2c3-1-1",
+            "0a1b2c3d-+1-1",
+            "zzzzzzzz-1-1",
+            " 0a1b2c3d-1-1",
+            "0a1b2c3d-1-1-1",
+            "0a1b2c3d-99999999999999999999-1",
+        ] {
+            assert_eq!(bad.parse::<EventId>(), Err(IdParseError), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn positions_order_like_entry_ids() {
+        assert!(StreamPos::new(1, 9) < StreamPos::new(2, 0));
+        assert!(StreamPos::new(2, 0) < StreamPos::new(2, 1));
+        assert!(StreamPos::ZERO < StreamPos::new(0, 1));
+    }
+}

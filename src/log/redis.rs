@@ -1,0 +1,1 @@
+//! The `redis` log backend (Redis Streams). PLACEHOLDER: being written.

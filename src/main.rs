@@ -1,0 +1,2 @@
+//! Binary entry point. PLACEHOLDER.
+fn main() {}

@@ -1,0 +1,98 @@
+//! Every metric name of the broker (prefix `agui_`, SPEC §9), described once at start-up, and
+//! the Prometheus exporter handle that `/metrics` renders.
+//!
+//! Naming follows the Prometheus conventions: counters end in `_total`, units in the name,
+//! bounded labels only (event type, outcome, cause, reason; never a thread id or an address).
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+
+/// Gauge: open SSE connections on this node.
+pub const CONNECTIONS: &str = "agui_connections";
+/// Counter: events appended, by `type`.
+pub const PUBLISHED: &str = "agui_events_published_total";
+/// Counter: events written to subscribers, by `type`.
+pub const DELIVERED: &str = "agui_events_delivered_total";
+/// Counter: events refused at publish, by `reason` (invalid_event, too_large, ...).
+pub const REJECTED: &str = "agui_events_rejected_total";
+/// Counter: resumes with `Last-Event-ID`, by `outcome` (exact, epoch, trimmed, ahead, invalid).
+pub const RESUMES: &str = "agui_resumes_total";
+/// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity, shutdown).
+pub const DISCONNECTS: &str = "agui_disconnects_total";
+/// Counter: backend operations that failed, by `backend` and `op`.
+pub const BACKEND_ERRORS: &str = "agui_backend_errors_total";
+/// Histogram: backend operation latency in seconds, by `backend` and `op`.
+pub const BACKEND_LATENCY: &str = "agui_backend_latency_seconds";
+/// Histogram: seconds from the append being acknowledged by the log to the frame being handed
+/// to a subscriber's socket (measured per write, for the oldest frame of the write).
+pub const PUBLISH_TO_WRITE: &str = "agui_publish_to_write_seconds";
+/// Gauge: events pending in connection queues on this node (sum over connections).
+pub const QUEUE_DEPTH: &str = "agui_queue_depth_events";
+/// Counter: entries found in the log that failed validation (skipped, never delivered).
+pub const INVALID_ENTRIES: &str = "agui_log_invalid_entries_total";
+/// Gauge: 1 while the log backend answers, 0 otherwise.
+pub const BACKEND_UP: &str = "agui_backend_up";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder (once per process; later calls return the same handle)
+/// and describes every metric.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_seconds".into()),
+                    &[
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    ],
+                )
+                .expect("bucket list is non-empty (a constant)");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // A second recorder in the same process (tests) is not an error: keep the handle.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_gauge!(CONNECTIONS, "Open SSE connections on this node.");
+    describe_counter!(PUBLISHED, "Events appended to thread logs, by type.");
+    describe_counter!(DELIVERED, "Events written to subscribers, by type.");
+    describe_counter!(REJECTED, "Events refused at publish, by reason.");
+    describe_counter!(
+        RESUMES,
+        "Subscriptions resumed with Last-Event-ID, by outcome."
+    );
+    describe_counter!(
+        DISCONNECTS,
+        "Subscribers disconnected by the broker, by cause."
+    );
+    describe_counter!(
+        BACKEND_ERRORS,
+        "Failed log backend operations, by backend and op."
+    );
+    describe_histogram!(
+        BACKEND_LATENCY,
+        Unit::Seconds,
+        "Log backend operation latency."
+    );
+    describe_histogram!(
+        PUBLISH_TO_WRITE,
+        Unit::Seconds,
+        "Append acknowledged to frame written."
+    );
+    describe_gauge!(
+        QUEUE_DEPTH,
+        "Events pending in connection queues on this node."
+    );
+    describe_counter!(
+        INVALID_ENTRIES,
+        "Log entries that failed validation and were skipped."
+    );
+    describe_gauge!(BACKEND_UP, "1 while the log backend answers, else 0.");
+}

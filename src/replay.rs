@@ -1,0 +1,1 @@
+//! The `replay` subcommand (SPEC §9). PLACEHOLDER: being written.
