@@ -1,1 +1,136 @@
-//! PLACEHOLDER
+//! Wiring: builds the log backend, the hub and the router from a [`Config`], serves HTTP, and
+//! drains gracefully: readiness turns false, streams end themselves within the drain period
+//! (each at a jittered moment, after a jittered `retry:`), in-flight publishes complete, and
+//! only then does the process exit (SPEC §9).
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::hub::Hub;
+use crate::log::memory::MemoryLog;
+use crate::log::{EventLog, Retention};
+use crate::queue::QueueLimits;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Extra time after the drain period for in-flight requests before the server is abandoned.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// A running broker.
+pub struct Server {
+    /// The bound address (useful with port 0).
+    pub addr: SocketAddr,
+    /// Shared handler state (tests read the log or hub through it).
+    pub state: AppState,
+    /// Cancel to start a graceful shutdown.
+    pub shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Waits until the server has shut down (after [`Server::shutdown`] was cancelled).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    /// Cancels the shutdown token and waits for the drain to finish.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.wait().await;
+    }
+}
+
+/// Builds the log backend the configuration names: `redis` when `redis_url` is set, else
+/// `memory`.
+///
+/// # Errors
+/// A Redis URL that cannot be parsed.
+pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
+    let retention = Retention {
+        max_events: config.retention.max_events,
+    };
+    if config.redis_url.is_empty() {
+        return Ok(Arc::new(MemoryLog::new(retention)));
+    }
+    anyhow::bail!("redis backend not wired yet")
+}
+
+/// Binds `config.listen`, starts serving, and returns at once. Cancel [`Server::shutdown`]
+/// (or let `main` do it on SIGTERM/SIGINT) to drain and stop.
+///
+/// # Errors
+/// The address cannot be bound, or the log backend cannot be built.
+pub async fn start(config: Config) -> anyhow::Result<Server> {
+    let log = build_log(&config).await?;
+    start_with_log(config, log).await
+}
+
+/// Like [`start`], with a given log backend (tests share one log between two brokers).
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
+    let listener = TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
+    let hub_stop = CancellationToken::new();
+    let hub = Hub::start(
+        log.clone(),
+        QueueLimits {
+            max_events: config.queue.max_events,
+            max_bytes: config.queue.max_bytes,
+        },
+        hub_stop.clone(),
+    );
+    let drain_token = CancellationToken::new();
+    let state = AppState {
+        config: Arc::new(config),
+        log,
+        hub,
+        metrics: crate::metrics::install(),
+        draining: Arc::new(AtomicBool::new(false)),
+        drain_token: drain_token.clone(),
+    };
+    let router = http::router(state.clone());
+    let drain = state.config.shutdown.drain;
+    let draining = state.draining.clone();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let graceful = {
+            let stop = stop.clone();
+            async move {
+                stop.cancelled().await;
+                tracing::info!(drain = ?drain, "draining: readiness off, streams end within the drain period");
+                draining.store(true, Ordering::Relaxed);
+                drain_token.cancel();
+            }
+        };
+        let serve = axum::serve(listener, router).with_graceful_shutdown(graceful);
+        let deadline = async {
+            stop.cancelled().await;
+            tokio::time::sleep(drain + DRAIN_GRACE).await;
+        };
+        tokio::select! {
+            res = serve => {
+                if let Err(e) = res {
+                    tracing::error!(error = %e, "server error");
+                }
+            }
+            _ = deadline => tracing::warn!("drain deadline passed; closing remaining connections"),
+        }
+        hub_stop.cancel();
+        tracing::info!("stopped");
+    });
+    tracing::info!(%addr, "listening");
+    Ok(Server {
+        addr,
+        state,
+        shutdown,
+        task,
+    })
+}

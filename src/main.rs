@@ -1,2 +1,94 @@
-//! Binary entry point. PLACEHOLDER.
-fn main() {}
+//! `agui-fanout`: parse the command line and configuration, start logging, run the chosen
+//! subcommand until it ends or SIGTERM/SIGINT arrives. Nothing else lives here.
+
+use agui_fanout::config::{Config, Overrides};
+use agui_fanout::{app, replay};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A broker that fans AG-UI agent events out to browsers over Server-Sent Events.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve {
+        /// Configuration file (TOML). Default: config/default.toml when it exists.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on (overrides the file and AGUI_LISTEN).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Redis URL; selects the redis log backend (overrides the file and AGUI_REDIS_URL).
+        #[arg(long)]
+        redis_url: Option<String>,
+    },
+    /// Publish a recorded AG-UI run (a JSON array of events) to a broker, paced like a live agent.
+    Replay(replay::ReplayArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGUI_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve {
+            config,
+            listen,
+            redis_url,
+        } => {
+            let config = Config::load(config.as_deref(), &Overrides { listen, redis_url })?;
+            let server = app::start(config).await?;
+            let shutdown = server.shutdown.clone();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                shutdown.cancel();
+            });
+            server.wait().await;
+            Ok(())
+        }
+        Command::Replay(args) => {
+            let summary = replay::run(&args).await?;
+            println!(
+                "published {} events to thread {} (ids {} .. {})",
+                summary.published,
+                summary.thread,
+                summary.first_id.as_deref().unwrap_or("-"),
+                summary.last_id.as_deref().unwrap_or("-")
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,1 +1,370 @@
-//! PLACEHOLDER
+//! The per-connection bounded queue between the hub and a subscriber's SSE writer (SPEC §5).
+//!
+//! Data path position: `hub` → **`queue`** → `sse`. Two lanes:
+//! - the **replay lane**, filled by the connection's replay task with log pages it read for a
+//!   resume; that task waits for room (it is the only producer that may wait);
+//! - the **live lane**, filled by the hub's fan-out, which never waits: a push that would go
+//!   over `max_events` or `max_bytes` fails and the hub applies its slow-consumer policy.
+//!
+//! The writer drains the replay lane first, then the live lane, and skips any frame at or
+//! before the last position it wrote, which makes the replay → live hand-over exact.
+//!
+//! Lock discipline: one `parking_lot::Mutex` per connection, held only to move `Bytes`
+//! handles; the writer is woken after the lock is dropped.
+
+use crate::log::StreamPos;
+use crate::sse::Frame;
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
+use tokio::sync::Notify;
+
+/// Events pending in all connection queues of this process (for the queue-depth gauge).
+static PENDING_EVENTS: AtomicI64 = AtomicI64::new(0);
+
+/// Events currently pending in all connection queues of this process.
+pub fn pending_events() -> i64 {
+    PENDING_EVENTS.load(Ordering::Relaxed)
+}
+
+/// Bounds of one connection's live lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Most frames pending.
+    pub max_events: usize,
+    /// Most bytes of frames pending.
+    pub max_bytes: usize,
+}
+
+/// Why a queue was closed. The writer ends the stream at once; pending frames are dropped,
+/// since the client resumes from the last id it received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The live lane overflowed (slow subscriber).
+    Overflow,
+    /// The log lost continuity under the tail (recreated or trimmed past the node's position).
+    Discontinuity,
+    /// Reading the log for a replay failed (backend unavailable).
+    Backend,
+    /// The node is shutting down.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Metric label (`agui_disconnects_total{cause}`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Overflow => "overflow",
+            CloseReason::Discontinuity => "discontinuity",
+            CloseReason::Backend => "backend",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+
+    /// A comment the writer sends before ending the stream, if any.
+    pub fn final_words(self) -> Option<&'static str> {
+        match self {
+            CloseReason::Overflow => Some("agui-fanout: subscriber too slow, reconnect"),
+            CloseReason::Discontinuity => Some("agui-fanout: log discontinuity, reconnect"),
+            CloseReason::Backend => Some("agui-fanout: log backend unavailable, reconnect"),
+            CloseReason::Shutdown => None,
+        }
+    }
+}
+
+/// What [`ConnQueue::next_batch`] yields.
+#[derive(Debug)]
+pub enum Drained {
+    /// Every frame that was ready, concatenated into one write.
+    Frames(Bytes),
+    /// The queue was closed; nothing more will come.
+    Closed(CloseReason),
+}
+
+/// A push into the live lane that did not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow;
+
+/// One connection's queue. Shared (`Arc`) by the hub, the replay task and the writer.
+pub struct ConnQueue {
+    inner: Mutex<Inner>,
+    /// Wakes the writer (single waiter; `notify_one` keeps a permit).
+    writer: Notify,
+    /// Wakes the replay task waiting for room.
+    replay_room: Notify,
+    limits: QueueLimits,
+}
+
+struct Inner {
+    replay: VecDeque<Frame>,
+    /// The replay task is done (or there was none): the live lane may be drained.
+    replay_done: bool,
+    live: VecDeque<Frame>,
+    live_bytes: usize,
+    /// Last position written to the client; frames at or before it are skipped.
+    last: StreamPos,
+    closed: Option<CloseReason>,
+}
+
+impl ConnQueue {
+    /// A queue whose writer starts after `after` (the client's last position, or ZERO).
+    /// With `replay` true the live lane is held back until [`ConnQueue::finish_replay`].
+    pub fn new(limits: QueueLimits, after: StreamPos, replay: bool) -> Self {
+        ConnQueue {
+            inner: Mutex::new(Inner {
+                replay: VecDeque::new(),
+                replay_done: !replay,
+                live: VecDeque::new(),
+                live_bytes: 0,
+                last: after,
+                closed: None,
+            }),
+            writer: Notify::new(),
+            replay_room: Notify::new(),
+            limits,
+        }
+    }
+
+    /// The live lane's bounds.
+    pub fn limits(&self) -> QueueLimits {
+        self.limits
+    }
+
+    /// Appends frames to the live lane without waiting.
+    ///
+    /// # Errors
+    /// [`Overflow`] when the frames would exceed a bound; nothing of them is queued.
+    pub fn push_live(&self, frames: &[Frame]) -> Result<(), Overflow> {
+        {
+            let mut q = self.inner.lock();
+            if q.closed.is_some() {
+                return Ok(());
+            }
+            let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
+            if q.live.len() + frames.len() > self.limits.max_events
+                || q.live_bytes + bytes > self.limits.max_bytes
+            {
+                return Err(Overflow);
+            }
+            q.live.extend(frames.iter().cloned());
+            q.live_bytes += bytes;
+        }
+        PENDING_EVENTS.fetch_add(frames.len() as i64, Ordering::Relaxed);
+        self.writer.notify_one();
+        Ok(())
+    }
+
+    /// Appends replayed frames, waiting while the replay lane holds `max_events / 2` or more.
+    /// Returns `false` if the queue was closed (stop replaying).
+    pub async fn push_replay(&self, frames: Vec<Frame>) -> bool {
+        let high_water = (self.limits.max_events / 2).max(1);
+        loop {
+            let room = self.replay_room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut q = self.inner.lock();
+                if q.closed.is_some() {
+                    return false;
+                }
+                if q.replay.len() < high_water {
+                    let n = frames.len() as i64;
+                    q.replay.extend(frames);
+                    drop(q);
+                    PENDING_EVENTS.fetch_add(n, Ordering::Relaxed);
+                    self.writer.notify_one();
+                    return true;
+                }
+            }
+            room.await;
+        }
+    }
+
+    /// Marks the replay done: the writer moves on to the live lane.
+    pub fn finish_replay(&self) {
+        self.inner.lock().replay_done = true;
+        self.writer.notify_one();
+    }
+
+    /// Closes the queue; the writer ends the stream at its next wake-up. The first reason wins.
+    pub fn close(&self, reason: CloseReason) {
+        {
+            let mut q = self.inner.lock();
+            if q.closed.is_some() {
+                return;
+            }
+            q.closed = Some(reason);
+            let dropped = (q.replay.len() + q.live.len()) as i64;
+            q.replay.clear();
+            q.live.clear();
+            q.live_bytes = 0;
+            PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
+        }
+        self.writer.notify_one();
+        self.replay_room.notify_one();
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.lock().closed.is_some()
+    }
+
+    /// Waits until frames are ready or the queue is closed, then takes every ready frame.
+    pub async fn next_batch(&self) -> Drained {
+        loop {
+            if let Some(d) = self.try_drain() {
+                return d;
+            }
+            self.writer.notified().await;
+        }
+    }
+
+    /// Takes every ready frame without waiting; `None` when there is nothing to do.
+    pub fn try_drain(&self) -> Option<Drained> {
+        let mut taken: Vec<Frame> = Vec::new();
+        let mut skipped = 0i64;
+        {
+            let mut q = self.inner.lock();
+            if let Some(reason) = q.closed {
+                return Some(Drained::Closed(reason));
+            }
+            let from_replay = !q.replay.is_empty();
+            let lane_len = if from_replay {
+                q.replay.len()
+            } else if q.replay_done {
+                q.live.len()
+            } else {
+                0
+            };
+            if lane_len == 0 {
+                return None;
+            }
+            taken.reserve(lane_len);
+            let mut last = q.last;
+            let lane = if from_replay {
+                &mut q.replay
+            } else {
+                &mut q.live
+            };
+            for f in lane.drain(..) {
+                if f.id.pos > last {
+                    last = f.id.pos;
+                    taken.push(f);
+                } else {
+                    skipped += 1;
+                }
+            }
+            q.last = last;
+            if !from_replay {
+                q.live_bytes = 0;
+            }
+        }
+        if !taken.is_empty() || skipped > 0 {
+            PENDING_EVENTS.fetch_sub(taken.len() as i64 + skipped, Ordering::Relaxed);
+        }
+        self.replay_room.notify_one();
+        let oldest = taken.first().map(|f| f.born);
+        if let Some(born) = oldest {
+            metrics::histogram!(crate::metrics::PUBLISH_TO_WRITE)
+                .record(born.elapsed().as_secs_f64());
+        }
+        match taken.len() {
+            0 => None,
+            1 => taken.pop().map(|f| Drained::Frames(f.bytes)),
+            _ => {
+                let len = taken.iter().map(|f| f.bytes.len()).sum();
+                let mut buf = BytesMut::with_capacity(len);
+                for f in &taken {
+                    buf.extend_from_slice(&f.bytes);
+                }
+                Some(Drained::Frames(buf.freeze()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventType;
+    use crate::log::{Epoch, EventId, LogEntry};
+    use std::time::Instant;
+
+    fn frame(seq: u64) -> Frame {
+        let entry = LogEntry {
+            id: EventId {
+                epoch: Epoch(1),
+                pos: StreamPos::new(0, seq),
+            },
+            event_type: EventType::Raw,
+            json: Bytes::from_static(br#"{"type":"RAW","event":1}"#),
+        };
+        Frame::encode(&entry, Instant::now())
+    }
+
+    fn limits(max_events: usize) -> QueueLimits {
+        QueueLimits {
+            max_events,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    fn ids(d: Option<Drained>) -> Vec<u64> {
+        match d {
+            Some(Drained::Frames(b)) => std::str::from_utf8(&b)
+                .unwrap()
+                .lines()
+                .filter_map(|l| l.strip_prefix("id: 00000001-0-"))
+                .map(|s| s.parse().unwrap())
+                .collect(),
+            other => panic!("expected frames, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn live_lane_is_bounded_by_events_and_bytes() {
+        let q = ConnQueue::new(limits(3), StreamPos::ZERO, false);
+        q.push_live(&[frame(1), frame(2)]).unwrap();
+        assert_eq!(q.push_live(&[frame(3), frame(4)]), Err(Overflow));
+        q.push_live(&[frame(3)]).unwrap();
+        assert_eq!(ids(q.try_drain()), vec![1, 2, 3]);
+        let small = ConnQueue::new(
+            QueueLimits {
+                max_events: 100,
+                max_bytes: frame(1).bytes.len() * 2,
+            },
+            StreamPos::ZERO,
+            false,
+        );
+        small.push_live(&[frame(1), frame(2)]).unwrap();
+        assert_eq!(small.push_live(&[frame(3)]), Err(Overflow));
+    }
+
+    #[tokio::test]
+    async fn replay_then_live_hand_over_skips_overlap() {
+        // Client had 2; replay brings 3..=5; live already holds 4..=7 (overlap 4, 5).
+        let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true);
+        q.push_live(&[frame(4), frame(5), frame(6), frame(7)])
+            .unwrap();
+        assert!(q.try_drain().is_none(), "live lane waits for the replay");
+        assert!(q.push_replay(vec![frame(3), frame(4), frame(5)]).await);
+        assert_eq!(ids(q.try_drain()), vec![3, 4, 5]);
+        q.finish_replay();
+        assert_eq!(ids(q.try_drain()), vec![6, 7]);
+        assert!(q.try_drain().is_none());
+    }
+
+    #[tokio::test]
+    async fn close_wins_and_drops_pending() {
+        let q = ConnQueue::new(limits(10), StreamPos::ZERO, false);
+        q.push_live(&[frame(1)]).unwrap();
+        q.close(CloseReason::Overflow);
+        q.close(CloseReason::Shutdown);
+        assert!(matches!(
+            q.next_batch().await,
+            Drained::Closed(CloseReason::Overflow)
+        ));
+        assert!(!q.push_replay(vec![frame(2)]).await);
+    }
+}

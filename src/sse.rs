@@ -1,1 +1,200 @@
-//! PLACEHOLDER
+//! Server-Sent Events: the wire encoding (WHATWG HTML, "Server-sent events", §9.2) and the
+//! subscriber's response body, which drains the connection's queue into the socket.
+//!
+//! Data path position: `queue` → **`sse`** → socket. Encoding is a leaf used once per event
+//! per node by the hub; every subscriber then shares the same `Bytes` (SPEC §3).
+//!
+//! Wire rules (SPEC §3): LF only, never CR; first frame `retry: <ms>`; one AG-UI event per
+//! frame as `id: <event id>\n` + one `data: <compact JSON>\n` + blank line; no `event:` field;
+//! a comment line as heartbeat when the stream was idle.
+
+use crate::event::EventType;
+use crate::log::{EventId, LogEntry};
+use crate::queue::{CloseReason, ConnQueue, Drained};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::Stream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// One encoded event, shared by all subscribers of a node.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// The event's id (also written in the frame's `id:` line).
+    pub id: EventId,
+    /// The event's AG-UI type (for metrics and, later, coalescing).
+    pub event_type: EventType,
+    /// `id: …\ndata: …\n\n`, ready to write.
+    pub bytes: Bytes,
+    /// When this node read the event from the log (start of `agui_publish_to_write_seconds`).
+    pub born: Instant,
+}
+
+impl Frame {
+    /// Encodes a log entry into its frame (the only place an event becomes SSE bytes).
+    pub fn encode(entry: &LogEntry, born: Instant) -> Frame {
+        Frame {
+            id: entry.id,
+            event_type: entry.event_type,
+            bytes: encode_event(&entry.id.to_string(), &entry.json),
+            born,
+        }
+    }
+}
+
+/// Encodes one event frame: `id: <id>\ndata: <json>\n\n`.
+///
+/// `json` must be compact one-line JSON (validation guarantees it: serde_json escapes line
+/// breaks inside strings), so one `data:` line carries the whole event.
+pub fn encode_event(id: &str, json: &[u8]) -> Bytes {
+    debug_assert!(!json.contains(&b'\n') && !json.contains(&b'\r'));
+    let mut buf = BytesMut::with_capacity(id.len() + json.len() + 13);
+    buf.put_slice(b"id: ");
+    buf.put_slice(id.as_bytes());
+    buf.put_slice(b"\ndata: ");
+    buf.put_slice(json);
+    buf.put_slice(b"\n\n");
+    buf.freeze()
+}
+
+/// Encodes a `retry: <ms>` frame (the client's reconnection delay, WHATWG §9.2.6).
+pub fn encode_retry(ms: u64) -> Bytes {
+    Bytes::from(format!("retry: {ms}\n\n"))
+}
+
+/// Encodes a comment frame `: <text>` (ignored by every SSE client). `text` must not contain
+/// line breaks; they are replaced by spaces if it does.
+pub fn encode_comment(text: &str) -> Bytes {
+    let clean: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    Bytes::from(format!(": {clean}\n\n"))
+}
+
+/// The heartbeat: an empty comment line and a blank line.
+pub const HEARTBEAT: &[u8] = b":\n\n";
+
+/// Settings of one subscriber stream.
+#[derive(Clone, Debug)]
+pub struct StreamSettings {
+    /// Milliseconds written in the first `retry:` frame.
+    pub retry_ms: u64,
+    /// Idle time after which a heartbeat comment is written.
+    pub heartbeat: Duration,
+    /// Cancelled when the node starts draining (SIGTERM): the stream then ends itself at a
+    /// random moment within `drain`, after a jittered `retry:` frame.
+    pub drain_token: CancellationToken,
+    /// Length of the drain period.
+    pub drain: Duration,
+}
+
+/// An object kept alive as long as the stream (the hub's registration guard).
+pub type Guard = Box<dyn Send + Sync + 'static>;
+
+/// Builds the response body of a subscriber: `retry:`, then `prefix` frames (comments), then
+/// whatever the queue yields, heartbeats when idle, until the queue closes, the client goes
+/// away (the stream is dropped: `guard` unregisters it) or the node drains.
+pub fn body(
+    queue: Arc<ConnQueue>,
+    prefix: Vec<Bytes>,
+    settings: StreamSettings,
+    guard: Guard,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
+    let mut first = BytesMut::new();
+    first.extend_from_slice(&encode_retry(settings.retry_ms));
+    for p in prefix {
+        first.extend_from_slice(&p);
+    }
+    let state = WriterState {
+        queue,
+        settings,
+        pending_first: Some(first.freeze()),
+        drain_at: None,
+        done: false,
+        _guard: guard,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        let bytes = st.next_write().await?;
+        Some((Ok(bytes), st))
+    })
+}
+
+struct WriterState {
+    queue: Arc<ConnQueue>,
+    settings: StreamSettings,
+    pending_first: Option<Bytes>,
+    /// Set when draining started: the moment this stream ends.
+    drain_at: Option<tokio::time::Instant>,
+    done: bool,
+    _guard: Guard,
+}
+
+impl WriterState {
+    /// The next chunk to write, or `None` when the stream must end.
+    async fn next_write(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        if let Some(first) = self.pending_first.take() {
+            return Some(first);
+        }
+        loop {
+            let drain_sleep = async {
+                match self.drain_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = self.settings.drain_token.cancelled(), if self.drain_at.is_none() => {
+                    // Spread the end of streams over the drain period so clients do not all
+                    // come back at once (SPEC §9).
+                    let jitter = self.settings.drain.mul_f64(rand::random::<f64>());
+                    self.drain_at = Some(tokio::time::Instant::now() + jitter);
+                }
+                _ = drain_sleep => {
+                    self.done = true;
+                    self.queue.close(CloseReason::Shutdown);
+                    let retry = self.settings.retry_ms + rand::random_range(0..=self.settings.retry_ms.max(1) * 4);
+                    return Some(encode_retry(retry));
+                }
+                drained = self.queue.next_batch() => {
+                    match drained {
+                        Drained::Frames(bytes) => return Some(bytes),
+                        Drained::Closed(reason) => {
+                            self.done = true;
+                            return reason.final_words().map(|w| encode_comment(w));
+                        }
+                    }
+                }
+                _ = tokio::time::sleep(self.settings.heartbeat) => {
+                    return Some(Bytes::from_static(HEARTBEAT));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{Epoch, StreamPos};
+
+    #[test]
+    fn event_frame_is_byte_exact() {
+        let id = EventId {
+            epoch: Epoch(0xdeadbeef),
+            pos: StreamPos::new(5, 1),
+        };
+        let f = encode_event(&id.to_string(), br#"{"type":"RAW","event":{}}"#);
+        assert_eq!(
+            &f[..],
+            b"id: deadbeef-5-1\ndata: {\"type\":\"RAW\",\"event\":{}}\n\n"
+        );
+        assert_eq!(&encode_retry(2000)[..], b"retry: 2000\n\n");
+        assert_eq!(&encode_comment("a\r\nb")[..], b": a  b\n\n");
+        assert!(!f.contains(&b'\r'));
+    }
+}

@@ -1,0 +1,124 @@
+//! JSON errors with the SPEC §2 status codes.
+
+use crate::log::LogError;
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+/// An error answer: HTTP status + `{"error":{"code","message","index"?,"field"?,…}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code, e.g. `invalid_event`, `too_large`, `unsupported_media_type`.
+    pub code: &'static str,
+    /// Human-readable reason.
+    pub message: String,
+    /// Index of the offending event in a batch or ingest stream.
+    pub index: Option<usize>,
+    /// The offending field.
+    pub field: Option<String>,
+    /// Extra members of the error object (e.g. `appended` for an SSE ingest).
+    pub extra: Map<String, Value>,
+    /// Seconds for a `Retry-After` header (503).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with no index or field.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            index: None,
+            field: None,
+            extra: Map::new(),
+            retry_after: None,
+        }
+    }
+
+    /// 400 `invalid_event`.
+    pub fn invalid_event(message: impl Into<String>, field: Option<String>) -> Self {
+        ApiError {
+            field,
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_event", message)
+        }
+    }
+
+    /// Sets the batch index.
+    pub fn at(mut self, index: usize) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// Adds a member to the error object.
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        self.extra.insert(key.to_string(), value);
+        self
+    }
+
+    /// 503 `backend_unavailable` with `Retry-After: 1`.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_unavailable",
+                message,
+            )
+        }
+    }
+
+    /// Metric label for `agui_events_rejected_total{reason}`.
+    pub fn reason(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Unavailable(m) => {
+                ApiError::unavailable(format!("log backend unavailable: {m}"))
+            }
+            LogError::Gap(g) => ApiError::new(StatusCode::CONFLICT, "gap", g.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut err = Map::new();
+        err.insert("code".into(), json!(self.code));
+        err.insert("message".into(), json!(self.message));
+        if let Some(i) = self.index {
+            err.insert("index".into(), json!(i));
+        }
+        if let Some(f) = self.field {
+            err.insert("field".into(), json!(f));
+        }
+        err.extend(self.extra);
+        let mut resp = (self.status, Json(json!({ "error": err }))).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,379 @@
+//! `POST /v1/threads/{threadId}/events` (SPEC §2): JSON object or array, NDJSON, or an AG-UI
+//! SSE stream piped in. JSON and NDJSON bodies are all-or-nothing (one atomic append); an SSE
+//! ingest appends events as they arrive and stops at the first invalid one, saying how many
+//! were appended before it.
+
+use super::{ApiError, AppState};
+use crate::event::{ThreadId, ValidEvent, validate_event, validate_value};
+use crate::log::EventId;
+use crate::metrics as m;
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+
+/// Most events appended in one round trip by an SSE ingest (what was ready at once).
+const INGEST_BATCH: usize = 256;
+
+/// The body formats publish accepts, from `Content-Type` (parameters such as `charset` ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyFormat {
+    Json,
+    Ndjson,
+    EventStream,
+}
+
+fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
+    let raw = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = raw
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" => Ok(BodyFormat::Json),
+        "application/x-ndjson" => Ok(BodyFormat::Ndjson),
+        "text/event-stream" => Ok(BodyFormat::EventStream),
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Type must be application/json, application/x-ndjson or text/event-stream (got {raw:?})"
+            ),
+        )),
+    }
+}
+
+/// Parses the `{threadId}` path segment (SPEC §1).
+///
+/// # Errors
+/// 400 `invalid_thread_id` naming the field `threadId`.
+pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
+    ThreadId::parse(raw).map_err(|e| ApiError {
+        field: Some("threadId".into()),
+        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_thread_id", e.to_string())
+    })
+}
+
+/// The publish handler. Replies `200 {"count","firstId","lastId"}`.
+pub async fn publish(
+    State(state): State<AppState>,
+    Path(thread): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let result = publish_inner(&state, &thread, &headers, body).await;
+    match &result {
+        Ok(_) => {}
+        Err(e) => {
+            metrics::counter!(m::REJECTED, "reason" => e.reason()).increment(1);
+        }
+    }
+    result
+}
+
+async fn publish_inner(
+    state: &AppState,
+    thread: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let thread = parse_thread(thread)?;
+    let format = body_format(headers)?;
+    if format == BodyFormat::EventStream {
+        return ingest_sse(state, &thread, body).await;
+    }
+    let bytes = read_body(body, state.config.limits.max_body_bytes).await?;
+    let events = match format {
+        BodyFormat::Json => parse_json_body(&bytes, &thread, state.config.limits.max_event_bytes)?,
+        _ => parse_ndjson_body(&bytes, &thread, state.config.limits.max_event_bytes)?,
+    };
+    if events.is_empty() {
+        return Err(ApiError::invalid_event("the body holds no event", None));
+    }
+    let ids = state.log.append(&thread, &events).await?;
+    count_published(&events);
+    Ok(Json(reply(ids.len(), ids.first(), ids.last())))
+}
+
+fn reply(count: usize, first: Option<&EventId>, last: Option<&EventId>) -> Value {
+    json!({
+        "count": count,
+        "firstId": first.map(ToString::to_string),
+        "lastId": last.map(ToString::to_string),
+    })
+}
+
+fn count_published(events: &[ValidEvent]) {
+    for e in events {
+        metrics::counter!(m::PUBLISHED, "type" => e.event_type.as_str()).increment(1);
+    }
+}
+
+fn too_large(what: &str, limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("{what} exceeds the limit of {limit} bytes"),
+    )
+}
+
+/// Reads the whole body, refusing more than `limit` bytes with 413.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(err) = source {
+            if err.is::<http_body_util::LengthLimitError>() {
+                return too_large("the request body", limit);
+            }
+            source = err.source();
+        }
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "body_error",
+            format!("could not read the body: {e}"),
+        )
+    })
+}
+
+fn check_size(ev: &ValidEvent, index: Option<usize>, limit: usize) -> Result<(), ApiError> {
+    if ev.json.len() > limit {
+        let e = too_large("the event", limit);
+        return Err(match index {
+            Some(i) => e.at(i),
+            None => e,
+        });
+    }
+    Ok(())
+}
+
+/// A JSON body: one event object, or an array of events (all validated before any append).
+fn parse_json_body(
+    bytes: &[u8],
+    thread: &ThreadId,
+    max_event: usize,
+) -> Result<Vec<ValidEvent>, ApiError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("malformed JSON: {e}"),
+        )
+    })?;
+    match value {
+        Value::Array(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let ev = validate_value(item, Some(thread))
+                    .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
+                check_size(&ev, Some(i), max_event)?;
+                Ok(ev)
+            })
+            .collect(),
+        Value::Object(_) => {
+            let ev = validate_value(value, Some(thread))
+                .map_err(|e| ApiError::invalid_event(e.message, e.field))?;
+            check_size(&ev, None, max_event)?;
+            Ok(vec![ev])
+        }
+        _ => Err(ApiError::invalid_event(
+            "the body must be an event object or an array of event objects",
+            None,
+        )),
+    }
+}
+
+/// An NDJSON body: one event object per line; blank lines are ignored.
+fn parse_ndjson_body(
+    bytes: &[u8],
+    thread: &ThreadId,
+    max_event: usize,
+) -> Result<Vec<ValidEvent>, ApiError> {
+    let mut events = Vec::new();
+    for line in bytes.split(|b| *b == b'\n') {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        let i = events.len();
+        if line.len() > max_event {
+            return Err(too_large("the event", max_event).at(i));
+        }
+        let ev = validate_event(line, Some(thread))
+            .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
+        events.push(ev);
+    }
+    Ok(events)
+}
+
+/// An SSE ingest: each event's `data` is one AG-UI event; `id:`, `event:`, `retry:` and
+/// comments are ignored (AG-UI HTTP binding). Events ready together are appended in one
+/// round trip; the first invalid event ends the ingest.
+async fn ingest_sse(
+    state: &AppState,
+    thread: &ThreadId,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let max_event = state.config.limits.max_event_bytes;
+    let bytes = guard_event_size(body.into_data_stream(), max_event);
+    let mut events = bytes.eventsource().ready_chunks(INGEST_BATCH);
+    let mut appended = 0usize;
+    let mut first: Option<EventId> = None;
+    let mut last: Option<EventId> = None;
+    let fail = |e: ApiError, appended: usize, last: Option<EventId>| {
+        e.with("appended", json!(appended))
+            .with("lastId", json!(last.map(|id| id.to_string())))
+    };
+    while let Some(chunk) = events.next().await {
+        let mut batch = Vec::with_capacity(chunk.len());
+        let mut error = None;
+        for item in chunk {
+            let index = appended + batch.len();
+            let ev = match item {
+                Ok(ev) => ev,
+                Err(e) => {
+                    let err = match e {
+                        eventsource_stream::EventStreamError::Transport(t) => t,
+                        other => ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_event_stream",
+                            other.to_string(),
+                        ),
+                    };
+                    error = Some(err.at(index));
+                    break;
+                }
+            };
+            if ev.data.is_empty() {
+                continue;
+            }
+            if ev.data.len() > max_event {
+                error = Some(too_large("the event", max_event).at(index));
+                break;
+            }
+            match validate_event(ev.data.as_bytes(), Some(thread)) {
+                Ok(v) => batch.push(v),
+                Err(e) => {
+                    error = Some(ApiError::invalid_event(e.message, e.field).at(index));
+                    break;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            match state.log.append(thread, &batch).await {
+                Ok(ids) => {
+                    count_published(&batch);
+                    appended += ids.len();
+                    first = first.or(ids.first().copied());
+                    last = ids.last().copied().or(last);
+                }
+                Err(e) => return Err(fail(e.into(), appended, last)),
+            }
+        }
+        if let Some(e) = error {
+            return Err(fail(e, appended, last));
+        }
+    }
+    Ok(Json(reply(appended, first.as_ref(), last.as_ref())))
+}
+
+/// Fails the byte stream when more than `limit` (+ framing slack) bytes arrive without a
+/// blank line, so one oversized event cannot make the SSE parser buffer without bound.
+fn guard_event_size(
+    body: impl Stream<Item = Result<Bytes, axum::Error>> + Send + 'static,
+    limit: usize,
+) -> impl Stream<Item = Result<Bytes, ApiError>> + Send + 'static {
+    let cap = limit + 1024;
+    // State: bytes since the last blank line; whether the previous line was empty so far.
+    let mut since_boundary = 0usize;
+    let mut line_len = 0usize;
+    body.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "body_error",
+            format!("could not read the body: {e}"),
+        )
+    })
+    .and_then(move |chunk| {
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', &chunk) {
+            let seg = nl - start;
+            line_len += seg;
+            since_boundary += seg + 1;
+            // An empty line (possibly "\r") ends an event.
+            let empty =
+                line_len == 0 || (line_len == 1 && chunk.get(nl.wrapping_sub(1)) == Some(&b'\r'));
+            if empty {
+                since_boundary = 0;
+            }
+            line_len = 0;
+            start = nl + 1;
+        }
+        line_len += chunk.len() - start;
+        since_boundary += chunk.len() - start;
+        let res = if since_boundary > cap {
+            Err(too_large("the event", limit))
+        } else {
+            Ok(chunk)
+        };
+        futures::future::ready(res)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            body_format(&h).unwrap_err().status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            "Application/JSON; charset=utf-8".parse().unwrap(),
+        );
+        assert_eq!(body_format(&h).unwrap(), BodyFormat::Json);
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/x-ndjson".parse().unwrap(),
+        );
+        assert_eq!(body_format(&h).unwrap(), BodyFormat::Ndjson);
+        h.insert(header::CONTENT_TYPE, "text/event-stream".parse().unwrap());
+        assert_eq!(body_format(&h).unwrap(), BodyFormat::EventStream);
+        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        assert!(body_format(&h).is_err());
+    }
+
+    #[tokio::test]
+    async fn size_guard_trips_only_without_boundaries() {
+        let ok: Vec<Result<Bytes, axum::Error>> = (0..100)
+            .map(|_| {
+                Ok(Bytes::from_static(
+                    b"data: {\"type\":\"RAW\",\"event\":1}\n\n",
+                ))
+            })
+            .collect();
+        let out: Vec<_> = guard_event_size(futures::stream::iter(ok), 64)
+            .collect()
+            .await;
+        assert!(out.iter().all(Result::is_ok));
+        let big: Vec<Result<Bytes, axum::Error>> =
+            (0..100).map(|_| Ok(Bytes::from(vec![b'x'; 100]))).collect();
+        let out: Vec<_> = guard_event_size(futures::stream::iter(big), 64)
+            .collect()
+            .await;
+        assert!(out.iter().any(Result::is_err));
+    }
+}

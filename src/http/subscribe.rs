@@ -1,0 +1,125 @@
+//! `GET /v1/threads/{threadId}/events` (SPEC §2–§4): an SSE stream of the thread's events,
+//! resumed with `Last-Event-ID` (header, or `?lastEventId=` for clients that cannot set
+//! headers; the header wins, since `EventSource` sends it on reconnect while the URL keeps the
+//! first id), or from the start with `?from=start`.
+
+use super::publish::parse_thread;
+use super::{ApiError, AppState};
+use crate::hub::{Outcome, Start};
+use crate::log::EventId;
+use crate::metrics as m;
+use crate::sse::{self, StreamSettings};
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+
+/// Query parameters of a subscription.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeQuery {
+    /// Resume point for clients that cannot set `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+    /// `start`: replay the retained log from its first event.
+    pub from: Option<String>,
+}
+
+/// The subscribe handler.
+pub async fn subscribe(
+    State(state): State<AppState>,
+    Path(thread): Path<String>,
+    Query(query): Query<SubscribeQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let thread = parse_thread(&thread)?;
+    if state.draining.load(Ordering::Relaxed) {
+        return Err(ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining",
+                "node is draining; reconnect elsewhere",
+            )
+        });
+    }
+    let header_id = headers
+        .get("last-event-id")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let raw_id = header_id.or(query.last_event_id).filter(|s| !s.is_empty());
+    let mut prefix: Vec<Bytes> = Vec::new();
+    let start = match raw_id {
+        Some(raw) => match raw.parse::<EventId>() {
+            Ok(id) => Start::After(id),
+            Err(_) => {
+                // Never a 4xx for a bad id: a native EventSource would not retry (SPEC §4.3).
+                tracing::info!(%thread, id = %raw, "malformed Last-Event-ID; starting at the head");
+                metrics::counter!(m::RESUMES, "outcome" => "invalid").increment(1);
+                prefix.push(sse::encode_comment(
+                    "agui-fanout: malformed Last-Event-ID, starting at the head",
+                ));
+                Start::Live
+            }
+        },
+        None if query.from.as_deref() == Some("start") => Start::FromStart,
+        None => Start::Live,
+    };
+    let settings = StreamSettings {
+        retry_ms: state.config.sse.retry_ms,
+        heartbeat: state.config.sse.heartbeat,
+        drain_token: state.drain_token.clone(),
+        drain: state.config.shutdown.drain,
+    };
+    let sub = match state.hub.subscribe(&thread, start).await {
+        Ok(sub) => sub,
+        Err(e) => {
+            // The backend is down: an open-and-close stream makes EventSource retry later
+            // with its Last-Event-ID, where an error status would stop it for good.
+            tracing::warn!(%thread, error = %e, "cannot start a subscription");
+            let body = [
+                sse::encode_retry(state.config.sse.retry_ms),
+                sse::encode_comment("agui-fanout: log backend unavailable, retry later"),
+            ]
+            .concat();
+            return Ok(sse_response(Body::from(body)));
+        }
+    };
+    match (start, sub.outcome) {
+        (Start::After(_), Outcome::Exact) => {
+            metrics::counter!(m::RESUMES, "outcome" => "exact").increment(1);
+        }
+        (_, Outcome::Unresumable(gap)) => {
+            tracing::warn!(%thread, reason = gap.as_str(), "Last-Event-ID cannot be resumed exactly; starting at the head");
+            metrics::counter!(m::RESUMES, "outcome" => gap.as_str()).increment(1);
+            prefix.push(sse::encode_comment(&format!(
+                "agui-fanout: Last-Event-ID not resumable ({}), starting at the head",
+                gap.as_str()
+            )));
+        }
+        (_, Outcome::StartTrimmed) => {
+            prefix.push(sse::encode_comment(
+                "agui-fanout: log trimmed, from=start begins at the head",
+            ));
+        }
+        _ => {}
+    }
+    let body = sse::body(sub.queue, prefix, settings, Box::new(sub.guard));
+    Ok(sse_response(Body::from_stream(body)))
+}
+
+fn sse_response(body: Body) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
