@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::hub::Hub;
 use crate::log::memory::MemoryLog;
+use crate::log::redis::{RedisLog, RedisLogConfig};
 use crate::log::{EventLog, Retention};
 use crate::queue::QueueLimits;
 use std::net::SocketAddr;
@@ -48,7 +49,8 @@ impl Server {
 /// `memory`.
 ///
 /// # Errors
-/// A Redis URL that cannot be parsed.
+/// A Redis URL that cannot be parsed (an unreachable Redis is not an error: the node starts
+/// not ready and publishes answer 503 until Redis answers).
 pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     let retention = Retention {
         max_events: config.retention.max_events,
@@ -56,7 +58,9 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     if config.redis_url.is_empty() {
         return Ok(Arc::new(MemoryLog::new(retention)));
     }
-    anyhow::bail!("redis backend not wired yet")
+    let mut redis = RedisLogConfig::new(config.redis_url.clone());
+    redis.retention = retention;
+    Ok(Arc::new(RedisLog::connect(redis).await?))
 }
 
 /// Binds `config.listen`, starts serving, and returns at once. Cancel [`Server::shutdown`]

@@ -236,6 +236,8 @@ mod tests {
     }
 
     #[test]
+    // figment's `Jail` closure must return figment's own (large) error type.
+    #[allow(clippy::result_large_err)]
     fn env_overrides_file_and_flags_override_env() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

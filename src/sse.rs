@@ -165,7 +165,7 @@ impl WriterState {
                         Drained::Frames(bytes) => return Some(bytes),
                         Drained::Closed(reason) => {
                             self.done = true;
-                            return reason.final_words().map(|w| encode_comment(w));
+                            return reason.final_words().map(encode_comment);
                         }
                     }
                 }

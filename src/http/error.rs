@@ -7,8 +7,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 /// An error answer: HTTP status + `{"error":{"code","message","index"?,"field"?,…}}`.
+///
+/// Boxed so that `Result<_, ApiError>` stays one pointer wide on the happy path.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<ErrorBody>);
+
+/// The content of an [`ApiError`].
+#[derive(Debug, Clone)]
+pub struct ErrorBody {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable machine-readable code, e.g. `invalid_event`, `too_large`, `unsupported_media_type`.
@@ -28,7 +34,7 @@ pub struct ApiError {
 impl ApiError {
     /// An error with no index or field.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
+        ApiError(Box::new(ErrorBody {
             status,
             code,
             message: message.into(),
@@ -36,44 +42,56 @@ impl ApiError {
             field: None,
             extra: Map::new(),
             retry_after: None,
-        }
+        }))
+    }
+
+    /// Names the field at fault.
+    pub fn field(mut self, field: Option<String>) -> Self {
+        self.0.field = field;
+        self
+    }
+
+    /// Sets a `Retry-After` header, in seconds.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.0.retry_after = Some(secs);
+        self
     }
 
     /// 400 `invalid_event`.
     pub fn invalid_event(message: impl Into<String>, field: Option<String>) -> Self {
-        ApiError {
-            field,
-            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_event", message)
-        }
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_event", message).field(field)
     }
 
     /// Sets the batch index.
     pub fn at(mut self, index: usize) -> Self {
-        self.index = Some(index);
+        self.0.index = Some(index);
         self
     }
 
     /// Adds a member to the error object.
     pub fn with(mut self, key: &str, value: Value) -> Self {
-        self.extra.insert(key.to_string(), value);
+        self.0.extra.insert(key.to_string(), value);
         self
     }
 
     /// 503 `backend_unavailable` with `Retry-After: 1`.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        ApiError {
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "backend_unavailable",
-                message,
-            )
-        }
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_unavailable",
+            message,
+        )
+        .retry_after(1)
     }
 
     /// Metric label for `agui_events_rejected_total{reason}`.
     pub fn reason(&self) -> &'static str {
-        self.code
+        self.0.code
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.0.status
     }
 }
 
@@ -90,18 +108,19 @@ impl From<LogError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let body = *self.0;
         let mut err = Map::new();
-        err.insert("code".into(), json!(self.code));
-        err.insert("message".into(), json!(self.message));
-        if let Some(i) = self.index {
+        err.insert("code".into(), json!(body.code));
+        err.insert("message".into(), json!(body.message));
+        if let Some(i) = body.index {
             err.insert("index".into(), json!(i));
         }
-        if let Some(f) = self.field {
+        if let Some(f) = body.field {
             err.insert("field".into(), json!(f));
         }
-        err.extend(self.extra);
-        let mut resp = (self.status, Json(json!({ "error": err }))).into_response();
-        if let Some(secs) = self.retry_after {
+        err.extend(body.extra);
+        let mut resp = (body.status, Json(json!({ "error": err }))).into_response();
+        if let Some(secs) = body.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -114,9 +133,9 @@ impl std::fmt::Display for ApiError {
         write!(
             f,
             "{} {}: {}",
-            self.status.as_u16(),
-            self.code,
-            self.message
+            self.0.status.as_u16(),
+            self.0.code,
+            self.0.message
         )
     }
 }

@@ -57,9 +57,9 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
 /// # Errors
 /// 400 `invalid_thread_id` naming the field `threadId`.
 pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
-    ThreadId::parse(raw).map_err(|e| ApiError {
-        field: Some("threadId".into()),
-        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_thread_id", e.to_string())
+    ThreadId::parse(raw).map_err(|e| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_thread_id", e.to_string())
+            .field(Some("threadId".into()))
     })
 }
 
@@ -337,7 +337,7 @@ mod tests {
     fn content_types() {
         let mut h = HeaderMap::new();
         assert_eq!(
-            body_format(&h).unwrap_err().status,
+            body_format(&h).unwrap_err().status(),
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
         h.insert(

@@ -36,14 +36,12 @@ pub async fn subscribe(
 ) -> Result<Response, ApiError> {
     let thread = parse_thread(&thread)?;
     if state.draining.load(Ordering::Relaxed) {
-        return Err(ApiError {
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "draining",
-                "node is draining; reconnect elsewhere",
-            )
-        });
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "node is draining; reconnect elsewhere",
+        )
+        .retry_after(1));
     }
     let header_id = headers
         .get("last-event-id")

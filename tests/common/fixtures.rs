@@ -1,0 +1,53 @@
+//! Reading the shared AG-UI fixtures (read-only, outside the repository).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// `../shared/fixtures` relative to the crate.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+}
+
+/// Every recorded .NET server response stream (`…Response.Server.AGUI.verified.json`), sorted.
+pub fn recorded_responses() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let dir = root().join("agui-recorded/dotnet-getting-started-baselines");
+    for step in std::fs::read_dir(&dir).expect("fixtures present") {
+        let step = step.unwrap().path();
+        for f in std::fs::read_dir(&step).unwrap() {
+            let f = f.unwrap().path();
+            if f.to_string_lossy().ends_with("Response.Server.AGUI.verified.json") {
+                out.push(f);
+            }
+        }
+    }
+    out.sort();
+    assert!(!out.is_empty());
+    out
+}
+
+/// Reads a JSON array of events (UTF-8 BOM tolerated).
+pub fn read_events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = text.trim_start_matches('\u{feff}');
+    match serde_json::from_str(text).unwrap() {
+        Value::Array(v) => v,
+        other => panic!("{} is not an array: {other}", path.display()),
+    }
+}
+
+/// Rewrites every `threadId` (top level and `input.threadId`) to `thread`.
+pub fn retarget(events: &mut [Value], thread: &str) {
+    for e in events {
+        if let Some(obj) = e.as_object_mut() {
+            if obj.contains_key("threadId") {
+                obj.insert("threadId".into(), Value::String(thread.into()));
+            }
+            if let Some(Value::Object(input)) = obj.get_mut("input")
+                && input.contains_key("threadId")
+            {
+                input.insert("threadId".into(), Value::String(thread.into()));
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! A test SSE client: reqwest for HTTP, `eventsource-stream` (a WHATWG-conformant parser) for
+//! frames. Also checks the wire rules of SPEC §3 on the raw bytes (LF only).
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// One received event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Received {
+    /// The `id:` field.
+    pub id: String,
+    /// The `data:` parsed as JSON.
+    pub data: Value,
+}
+
+/// An open subscription.
+pub struct Subscription {
+    events: Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, String>> + Send>>,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+}
+
+/// Opens `GET {base}/v1/threads/{thread}/events{query}` with an optional `Last-Event-ID`.
+pub async fn subscribe(base: &str, thread: &str, query: &str, last_event_id: Option<&str>) -> Subscription {
+    let client = reqwest::Client::new();
+    let mut req = client.get(format!("{base}/v1/threads/{thread}/events{query}"));
+    if let Some(id) = last_event_id {
+        req = req.header("Last-Event-ID", id);
+    }
+    let resp = req.send().await.expect("subscribe request");
+    assert_eq!(resp.status(), 200, "subscribe status");
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes_stream().map(|chunk| {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        assert!(!chunk.contains(&b'\r'), "SSE must use LF only");
+        Ok::<_, String>(chunk)
+    });
+    let events = bytes.eventsource().map(|r| r.map_err(|e| e.to_string()));
+    Subscription {
+        events: Box::pin(events),
+        headers,
+    }
+}
+
+impl Subscription {
+    /// The next event with data, or `None` when the stream ended or `timeout` passed.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Received> {
+        loop {
+            let ev = tokio::time::timeout(timeout, self.events.next()).await.ok()??;
+            let ev = ev.ok()?;
+            if ev.data.is_empty() {
+                continue;
+            }
+            let data = serde_json::from_str(&ev.data).expect("data is JSON");
+            return Some(Received { id: ev.id, data });
+        }
+    }
+
+    /// Collects exactly `n` events (panics with what it got if they do not come in `timeout`
+    /// each).
+    pub async fn take(&mut self, n: usize, timeout: Duration) -> Vec<Received> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            match self.next(timeout).await {
+                Some(r) => out.push(r),
+                None => panic!("stream ended or stalled after {} of {n} events", out.len()),
+            }
+        }
+        out
+    }
+}
+
+/// Publishes `events` (a JSON array body) and returns the reply.
+pub async fn publish(base: &str, thread: &str, events: &[Value]) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/threads/{thread}/events"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(events).unwrap())
+        .send()
+        .await
+        .expect("publish request")
+}
+
+/// Event ids compare in log order: `<epoch>-<ms>-<seq>` within one epoch.
+pub fn id_key(id: &str) -> (String, u64, u64) {
+    let mut parts = id.splitn(3, '-');
+    let epoch = parts.next().unwrap().to_string();
+    let ms = parts.next().unwrap().parse().unwrap();
+    let seq = parts.next().unwrap().parse().unwrap();
+    (epoch, ms, seq)
+}
+
+/// Asserts that ids strictly increase.
+pub fn assert_strictly_increasing(received: &[Received]) {
+    for w in received.windows(2) {
+        assert!(id_key(&w[0].id) < id_key(&w[1].id), "ids not increasing: {} then {}", w[0].id, w[1].id);
+    }
+}
+
+/// One received event with its `data` text exactly as it came over the wire.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedText {
+    /// The `id:` field (the parser's last-event-id buffer).
+    pub id: String,
+    /// The `data:` text.
+    pub text: String,
+    /// The `data:` parsed as JSON.
+    pub data: Value,
+}
+
+impl Subscription {
+    /// Like [`Subscription::next`], keeping the data text.
+    pub async fn next_text(&mut self, timeout: Duration) -> Option<ReceivedText> {
+        loop {
+            let ev = tokio::time::timeout(timeout, self.events.next()).await.ok()??;
+            let ev = ev.ok()?;
+            if ev.data.is_empty() {
+                continue;
+            }
+            let data = serde_json::from_str(&ev.data).expect("data is JSON");
+            return Some(ReceivedText {
+                id: ev.id,
+                text: ev.data,
+                data,
+            });
+        }
+    }
+
+    /// Like [`Subscription::take`], keeping the data text.
+    pub async fn take_text(&mut self, n: usize, timeout: Duration) -> Vec<ReceivedText> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            match self.next_text(timeout).await {
+                Some(r) => out.push(r),
+                None => panic!("stream ended or stalled after {} of {n} events", out.len()),
+            }
+        }
+        out
+    }
+}
+
+/// Asserts that the ids of `received` strictly increase.
+pub fn assert_text_ids_increasing(received: &[ReceivedText]) {
+    for w in received.windows(2) {
+        assert!(
+            id_key(&w[0].id) < id_key(&w[1].id),
+            "ids not increasing: {} then {}",
+            w[0].id,
+            w[1].id
+        );
+    }
+}
+
+/// Publishes one event as a single JSON object body (as an agent streams, one POST per event).
+pub async fn publish_one(base: &str, thread: &str, event: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/threads/{thread}/events"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(event).unwrap())
+        .send()
+        .await
+        .expect("publish request")
+}
+
+/// Publishes `events` as a JSON array, asserts 200 and `count`, and returns the reply's
+/// `(firstId, lastId)`.
+pub async fn publish_ok(base: &str, thread: &str, events: &[Value]) -> (String, String) {
+    let resp = publish(base, thread, events).await;
+    let status = resp.status();
+    let body: Value = resp.json().await.expect("publish reply is JSON");
+    assert_eq!(status, 200, "publish of {} events: {body}", events.len());
+    assert_eq!(body["count"], events.len(), "publish reply {body}");
+    (
+        body["firstId"].as_str().expect("firstId").to_string(),
+        body["lastId"].as_str().expect("lastId").to_string(),
+    )
+}
+
+/// One frame of a raw SSE stream (the text between blank lines), parsed minimally: the broker
+/// writes LF only, one field per line.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawFrame {
+    /// The frame's text, without the terminating blank line.
+    pub text: String,
+    /// `id:` value, if the frame has one.
+    pub id: Option<String>,
+    /// `data:` value, if the frame has one.
+    pub data: Option<String>,
+    /// `retry:` value, if the frame has one.
+    pub retry: Option<String>,
+    /// Comment lines (without the leading `:` and one optional space).
+    pub comments: Vec<String>,
+}
+
+impl RawFrame {
+    fn parse(text: String) -> RawFrame {
+        let mut f = RawFrame::default();
+        for line in text.split('\n') {
+            let strip = |v: &str| v.strip_prefix(' ').unwrap_or(v).to_string();
+            if let Some(c) = line.strip_prefix(':') {
+                f.comments.push(strip(c));
+            } else if let Some(v) = line.strip_prefix("id:") {
+                f.id = Some(strip(v));
+            } else if let Some(v) = line.strip_prefix("data:") {
+                f.data = Some(strip(v));
+            } else if let Some(v) = line.strip_prefix("retry:") {
+                f.retry = Some(strip(v));
+            }
+        }
+        f.text = text;
+        f
+    }
+}
+
+/// A subscription read as raw frames (comments and `retry:` included), for wire-level checks.
+pub struct RawStream {
+    /// Response status.
+    pub status: reqwest::StatusCode,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+    body: Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>,
+    buf: Vec<u8>,
+    ended: bool,
+}
+
+/// Opens `GET {base}/v1/threads/{thread}/events{query}` without asserting the status.
+pub async fn open_raw(
+    base: &str,
+    thread: &str,
+    query: &str,
+    last_event_id: Option<&str>,
+) -> RawStream {
+    let mut req = reqwest::Client::new().get(format!("{base}/v1/threads/{thread}/events{query}"));
+    if let Some(id) = last_event_id {
+        req = req.header("Last-Event-ID", id);
+    }
+    let resp = req.send().await.expect("subscribe request");
+    RawStream {
+        status: resp.status(),
+        headers: resp.headers().clone(),
+        body: Box::pin(resp.bytes_stream()),
+        buf: Vec::new(),
+        ended: false,
+    }
+}
+
+impl RawStream {
+    /// The next complete frame; `None` when the stream ended (EOF or a transport error).
+    /// Panics if nothing completes a frame within `timeout`.
+    pub async fn next_frame(&mut self, timeout: Duration) -> Option<RawFrame> {
+        loop {
+            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let rest = self.buf.split_off(pos + 2);
+                let mut frame = std::mem::replace(&mut self.buf, rest);
+                frame.truncate(pos);
+                assert!(!frame.contains(&b'\r'), "SSE must use LF only");
+                let text = String::from_utf8(frame).expect("SSE is UTF-8");
+                return Some(RawFrame::parse(text));
+            }
+            if self.ended {
+                return None;
+            }
+            match tokio::time::timeout(timeout, self.body.next()).await {
+                Err(_) => panic!(
+                    "no complete SSE frame within {timeout:?} (pending: {:?})",
+                    String::from_utf8_lossy(&self.buf)
+                ),
+                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
+                Ok(Some(Err(_))) | Ok(None) => self.ended = true,
+            }
+        }
+    }
+
+    /// The next frame that carries `data:` (skipping comments, `retry:` and heartbeats).
+    pub async fn next_event(&mut self, timeout: Duration) -> Option<RawFrame> {
+        loop {
+            let f = self.next_frame(timeout).await?;
+            if f.data.is_some() {
+                return Some(f);
+            }
+        }
+    }
+
+    /// Every remaining frame until the stream ends (panics if it stalls for `timeout`), and
+    /// the bytes left after the last complete frame.
+    pub async fn read_to_end(&mut self, timeout: Duration) -> (Vec<RawFrame>, Vec<u8>) {
+        let mut frames = Vec::new();
+        while let Some(f) = self.next_frame(timeout).await {
+            frames.push(f);
+        }
+        (frames, std::mem::take(&mut self.buf))
+    }
+}
+
+/// The value of a Prometheus sample `name{labels}` at `{base}/metrics` (0 when absent).
+/// `labels` must all be present on the sample; other labels are allowed.
+pub async fn metric(base: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics request")
+        .text()
+        .await
+        .expect("metrics body");
+    let mut total = 0.0;
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (metric_name, label_text) = match series.split_once('{') {
+            Some((n, l)) => (n, l.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if metric_name != name {
+            continue;
+        }
+        let all = labels
+            .iter()
+            .all(|(k, v)| label_text.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+        if all {
+            total += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    total
+}
