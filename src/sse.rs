@@ -10,7 +10,7 @@
 
 use crate::event::EventType;
 use crate::log::{EventId, LogEntry};
-use crate::queue::{CloseReason, ConnQueue, Drained};
+use crate::queue::{CloseReason, ConnQueue, Drained, MergeKey};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use std::sync::Arc;
@@ -22,23 +22,53 @@ use tokio_util::sync::CancellationToken;
 pub struct Frame {
     /// The event's id (also written in the frame's `id:` line).
     pub id: EventId,
-    /// The event's AG-UI type (for metrics and, later, coalescing).
+    /// The event's AG-UI type.
     pub event_type: EventType,
     /// `id: …\ndata: …\n\n`, ready to write.
     pub bytes: Bytes,
+    /// Offset of the JSON inside `bytes` (after `data: `).
+    data_start: usize,
     /// When this node read the event from the log (start of `agui_publish_to_write_seconds`).
     pub born: Instant,
+    /// What coalescing may merge this frame with.
+    pub merge: MergeKey,
 }
 
 impl Frame {
-    /// Encodes a log entry into its frame (the only place an event becomes SSE bytes).
-    pub fn encode(entry: &LogEntry, born: Instant) -> Frame {
+    /// Encodes an event into its frame (the only place an event becomes SSE bytes).
+    pub fn new(
+        id: EventId,
+        event_type: EventType,
+        json: &[u8],
+        born: Instant,
+        merge: MergeKey,
+    ) -> Frame {
+        let id_text = id.to_string();
         Frame {
-            id: entry.id,
-            event_type: entry.event_type,
-            bytes: encode_event(&entry.id.to_string(), &entry.json),
+            id,
+            event_type,
+            bytes: encode_event(&id_text, json),
+            data_start: 4 + id_text.len() + 7,
             born,
+            merge,
         }
+    }
+
+    /// Encodes a log entry that is never merged.
+    pub fn encode(entry: &LogEntry, born: Instant) -> Frame {
+        Frame::new(
+            entry.id,
+            entry.event_type,
+            &entry.json,
+            born,
+            MergeKey::None,
+        )
+    }
+
+    /// The event's JSON, as written after `data: `.
+    pub fn json(&self) -> Option<&[u8]> {
+        self.bytes
+            .get(self.data_start..self.bytes.len().checked_sub(2)?)
     }
 }
 
@@ -196,5 +226,13 @@ mod tests {
         assert_eq!(&encode_retry(2000)[..], b"retry: 2000\n\n");
         assert_eq!(&encode_comment("a\r\nb")[..], b": a  b\n\n");
         assert!(!f.contains(&b'\r'));
+        let frame = Frame::new(
+            id,
+            EventType::Raw,
+            br#"{"type":"RAW","event":{}}"#,
+            Instant::now(),
+            MergeKey::None,
+        );
+        assert_eq!(frame.json(), Some(&br#"{"type":"RAW","event":{}}"#[..]));
     }
 }

@@ -12,6 +12,10 @@
 //! Lock discipline: one `parking_lot::Mutex` per connection, held only to move `Bytes`
 //! handles; the writer is woken after the lock is dropped.
 
+pub mod coalesce;
+
+pub use coalesce::MergeKey;
+
 use crate::log::StreamPos;
 use crate::sse::Frame;
 use bytes::{Bytes, BytesMut};
