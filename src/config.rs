@@ -175,7 +175,8 @@ impl Config {
             }
             None => fig = fig.merge(Toml::file("config/default.toml")),
         }
-        fig = fig.merge(Env::prefixed("AGUI_").split("__"));
+        // `AGUI_LOG` is the log filter (read by `main`), not a configuration key.
+        fig = fig.merge(Env::prefixed("AGUI_").ignore(&["LOG"]).split("__"));
         if let Some(listen) = overrides.listen {
             fig = fig.merge(("listen", listen));
         }
@@ -246,6 +247,7 @@ mod tests {
             )?;
             jail.set_env("AGUI_QUEUE__MAX_EVENTS", "7");
             jail.set_env("AGUI_REDIS_URL", "redis://127.0.0.1:6379");
+            jail.set_env("AGUI_LOG", "debug");
             let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
             assert_eq!(c.queue.max_events, 7);
             assert_eq!(c.listen.port(), 1);

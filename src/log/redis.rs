@@ -1,1 +1,1353 @@
-//! The `redis` log backend (Redis Streams). PLACEHOLDER: being written.
+//! The `redis` log backend: thread logs as Redis Streams, shared by every node (SPEC §1, §4, §7).
+//!
+//! # Key and entry format (for producers that write to Redis directly, SPEC §2)
+//!
+//! With the default prefix `agui`, thread `<threadId>` owns two keys in one hash slot (the
+//! `{threadId}` hash tag, so Redis Cluster keeps them together):
+//!
+//! - `agui:{<threadId>}:log`: a stream; one entry per AG-UI event, with one field `e` holding
+//!   the event as compact UTF-8 JSON (one object, `threadId` if present equal to the thread).
+//!   Entry IDs are auto-generated (`XADD … * e <json>`); they are the position part of the SSE
+//!   event id. Other fields are ignored.
+//! - `agui:{<threadId>}:meta`: a hash; field `epoch` is the log's epoch as 8 lowercase hex
+//!   digits; field `seen` (`1`) records that the stream existed under this epoch, so a stream
+//!   deleted on its own (its meta surviving) still gets a new epoch.
+//!
+//! Producers may `XADD` to the stream without touching the meta hash: the broker creates the
+//! epoch the first time it looks at the thread. Entries it cannot validate (missing `e`, not
+//! JSON, not a valid AG-UI event) are logged, counted (`agui_log_invalid_entries_total`) and
+//! skipped, never delivered.
+//!
+//! # Commands
+//! Appends, reads and heads are Lua scripts (one round trip, atomic): `HMGET`/`HSET` on the
+//! meta hash, `XADD … MAXLEN ~ <n> * e <json>`, `XRANGE`, and `XINFO STREAM` for the stream's
+//! `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and
+//! `entries-added` (Redis 7.0 or newer is required), from which the highest trimmed position
+//! is derived (Redis 7.0 moves `max-deleted-entry-id` on `XDEL` only). The node's
+//! tail reads every followed thread with one `XREAD COUNT n BLOCK ms STREAMS …` on a dedicated
+//! connection, woken early with `CLIENT UNBLOCK <id> TIMEOUT` when a thread is followed.
+//!
+//! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
+//! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
+//! Redis (or a primary with replicas), not a sharded cluster.
+
+use super::memory::check_resumable;
+use super::{
+    Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, Retention,
+    StreamPos, Tail, TailItem,
+};
+use crate::event::{ThreadId, ValidEvent, validate_event};
+use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP, INVALID_ENTRIES};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// Settings of a [`RedisLog`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisLogConfig {
+    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…`.
+    pub url: String,
+    /// First part of every key (`<prefix>:{<threadId>}:log`); must not contain `{` or `}`.
+    pub prefix: String,
+    /// How many events each thread keeps (`XADD … MAXLEN ~`).
+    pub retention: Retention,
+    /// How long the tail's `XREAD BLOCK` waits for new entries; also the period of the tail's
+    /// epoch checks on quiet threads. At least 1 ms.
+    pub block: Duration,
+    /// Largest number of entries the tail reads per thread per `XREAD` (`COUNT`).
+    pub read_count: usize,
+    /// Deadline of every append, read, head and ping (connecting included): past it the call
+    /// returns [`LogError::Unavailable`] instead of waiting for Redis.
+    pub op_timeout: Duration,
+}
+
+impl RedisLogConfig {
+    /// The default settings for `url`: prefix `agui`, default retention, 1 s block, 512 entries
+    /// per read, 2 s operation timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisLogConfig {
+            url: url.into(),
+            prefix: "agui".into(),
+            retention: Retention::default(),
+            block: Duration::from_secs(1),
+            read_count: 512,
+            op_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for RedisLogConfig {
+    /// [`RedisLogConfig::new`] with `redis://127.0.0.1:6379`.
+    fn default() -> Self {
+        RedisLogConfig::new("redis://127.0.0.1:6379")
+    }
+}
+
+/// Thread logs in Redis Streams (format: see the module docs). Cheap to clone (an `Arc`
+/// inside); every clone shares one multiplexed connection that reconnects on its own.
+#[derive(Clone)]
+pub struct RedisLog {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    conn: ConnectionManager,
+    config: RedisLogConfig,
+    scripts: Scripts,
+}
+
+/// The Lua scripts, built once (their SHA1 is computed at construction).
+struct Scripts {
+    append: Script,
+    read: Script,
+    head: Script,
+}
+
+/// Helpers shared by every script. `ensure_epoch` returns the thread's epoch, creating it (from
+/// `fresh`) when it is missing or malformed, or when the stream vanished after it existed under
+/// the current epoch; `stream_info` returns `XINFO STREAM`'s `last-generated-id`,
+/// `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and `entries-added` (see
+/// [`max_deleted`]).
+const LUA_PRELUDE: &str = r#"
+local function ensure_epoch(stream, meta, fresh)
+  local m = redis.call('HMGET', meta, 'epoch', 'seen')
+  local ep, seen = m[1], m[2]
+  local live = redis.call('EXISTS', stream) == 1
+  if (not ep) or string.len(ep) ~= 8 or string.find(ep, '[^0-9a-f]') or (seen and not live) then
+    ep = fresh
+    redis.call('HSET', meta, 'epoch', ep)
+    if seen then
+      redis.call('HDEL', meta, 'seen')
+      seen = false
+    end
+  end
+  if live and not seen then
+    redis.call('HSET', meta, 'seen', '1')
+  end
+  return ep, live
+end
+local function stream_info(stream, live)
+  if not live then
+    return {'0-0', '0-0', '0-0', 0, 0}
+  end
+  local x = redis.call('XINFO', 'STREAM', stream)
+  local f = {}
+  for i = 1, #x, 2 do
+    f[x[i]] = x[i + 1]
+  end
+  local info = {f['last-generated-id'], f['max-deleted-entry-id'], f['recorded-first-entry-id'],
+    f['length'], f['entries-added']}
+  for i = 1, 5 do
+    if info[i] == nil then
+      error('agui-fanout needs Redis 7.0 or newer (XINFO STREAM max-deleted-entry-id)')
+    end
+  end
+  return info
+end
+"#;
+
+/// KEYS: stream, meta. ARGV: fresh epoch, maxlen (`0`: none), then one JSON per event.
+/// Returns `{epoch, {entry id…}}`.
+const LUA_APPEND: &str = r#"
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
+if not live then
+  redis.call('HSET', KEYS[2], 'seen', '1')
+end
+local ids = {}
+local trim = ARGV[2] ~= '0'
+for i = 3, #ARGV do
+  if trim then
+    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[i])
+  else
+    ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
+  end
+end
+return {ep, ids}
+"#;
+
+/// KEYS: stream, meta. ARGV: fresh epoch, XRANGE start (`-` or `(<id>`), count.
+/// Returns `{epoch, info, {{id, {field, value…}}…}}` (`info`: see `stream_info`).
+const LUA_READ: &str = r#"
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
+local info = stream_info(KEYS[1], live)
+local entries = {}
+local n = tonumber(ARGV[3])
+if live and n > 0 then
+  entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', n)
+end
+return {ep, info, entries}
+"#;
+
+/// KEYS: stream, meta. ARGV: fresh epoch. Returns `{epoch, info}`.
+const LUA_HEAD: &str = r#"
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
+return {ep, stream_info(KEYS[1], live)}
+"#;
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            // Shebang scripts (Redis 7): a write script is refused as a whole when Redis is out
+            // of memory, before any XADD, which keeps the batch all-or-nothing.
+            append: Script::new(&format!("#!lua{LUA_PRELUDE}{LUA_APPEND}")),
+            // Reads still work when Redis is out of memory (their only write is a missing
+            // epoch, a few bytes).
+            read: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_READ}")),
+            head: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_HEAD}")),
+        }
+    }
+}
+
+/// The two keys of one thread.
+struct Keys {
+    stream: String,
+    meta: String,
+}
+
+impl Keys {
+    fn new(prefix: &str, thread: &ThreadId) -> Self {
+        Keys {
+            stream: format!("{prefix}:{{{thread}}}:log"),
+            meta: format!("{prefix}:{{{thread}}}:meta"),
+        }
+    }
+}
+
+/// One stream entry as stored, before validation.
+struct RawEntry {
+    pos: StreamPos,
+    /// The `e` field, if the entry has one.
+    data: Option<Bytes>,
+}
+
+impl RedisLog {
+    /// Builds the log and its connection manager without waiting for Redis: the broker must
+    /// start (and report not ready) while Redis is down. One `PING` is tried (bounded by
+    /// `op_timeout`) so the start-up log says whether Redis answered. Calls made while Redis
+    /// is unreachable fail with [`LogError::Unavailable`] within `op_timeout`; the connection
+    /// is re-established by the next call once Redis is back.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] only for a configuration that can never work: a malformed
+    /// URL, or a prefix containing `{` or `}` (it would break the hash tag).
+    pub async fn connect(config: RedisLogConfig) -> Result<RedisLog, LogError> {
+        if config.prefix.contains(['{', '}']) {
+            return Err(LogError::Unavailable(format!(
+                "redis key prefix {:?} must not contain braces",
+                config.prefix
+            )));
+        }
+        let client = Client::open(config.url.as_str())
+            .map_err(|e| LogError::Unavailable(format!("invalid redis URL: {e}")))?;
+        // No hidden retries: a call during an outage fails fast (connection refused) or at
+        // `op_timeout`; the connection manager reconnects on the next call.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.op_timeout))
+            .set_response_timeout(Some(config.op_timeout))
+            .set_number_of_retries(0);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+            .map_err(unavailable)?;
+        let log = RedisLog {
+            inner: Arc::new(Inner {
+                client,
+                conn,
+                config,
+                scripts: Scripts::new(),
+            }),
+        };
+        match log.ping().await {
+            Ok(()) => {
+                tracing::info!(prefix = %log.inner.config.prefix, "redis log backend answers")
+            }
+            Err(e) => tracing::warn!(error = %e, "redis log backend not reachable yet; will retry"),
+        }
+        Ok(log)
+    }
+
+    /// The configuration this log was built with.
+    pub fn config(&self) -> &RedisLogConfig {
+        &self.inner.config
+    }
+
+    fn keys(&self, thread: &ThreadId) -> Keys {
+        Keys::new(&self.inner.config.prefix, thread)
+    }
+
+    /// Runs one backend operation under `op_timeout`, recording latency, errors and `up`.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, LogError>>,
+    ) -> Result<T, LogError> {
+        let started = Instant::now();
+        let timeout = self.inner.config.op_timeout;
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(LogError::Unavailable(format!(
+                "redis {op} timed out after {timeout:?}"
+            ))),
+        };
+        metrics::histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        match &result {
+            Err(LogError::Unavailable(msg)) => {
+                metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => op).increment(1);
+                metrics::gauge!(BACKEND_UP).set(0.0);
+                tracing::debug!(op, error = %msg, "redis operation failed");
+            }
+            _ => metrics::gauge!(BACKEND_UP).set(1.0),
+        }
+        result
+    }
+
+    /// One page of the read script: the head and up to `count` raw entries from `start`.
+    async fn read_page(
+        &self,
+        keys: &Keys,
+        from: ReadFrom,
+        count: usize,
+    ) -> Result<(LogHead, Vec<RawEntry>), LogError> {
+        let (start, count) = match from {
+            ReadFrom::Start => ("-".to_string(), count),
+            // Nothing can follow the largest ID (and `XRANGE (<max>` is an error).
+            ReadFrom::After(id) if id.pos == StreamPos::new(u64::MAX, u64::MAX) => {
+                ("-".to_string(), 0)
+            }
+            ReadFrom::After(id) => (format!("({}", id.pos), count),
+        };
+        let fresh = Epoch::random().to_string();
+        let reply: Value = retry_dropped(|| {
+            let mut conn = self.inner.conn.clone();
+            let mut invocation = self.inner.scripts.read.key(&keys.stream);
+            invocation
+                .key(&keys.meta)
+                .arg(&fresh)
+                .arg(&start)
+                // Lua numbers are doubles: keep the count exact.
+                .arg(count.min(1 << 40));
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
+        .map_err(unavailable)?;
+        let items = array(&reply).ok_or_else(|| malformed("read reply"))?;
+        let head = parse_head(items)?;
+        let entries = parse_entries(items.get(2).ok_or_else(|| malformed("read reply"))?)?;
+        Ok((head, entries))
+    }
+}
+
+#[async_trait::async_trait]
+impl EventLog for RedisLog {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    /// One `EVALSHA` for the whole batch: the epoch is read (or created) and every event is
+    /// `XADD … MAXLEN ~ <max_events> * e <json>`ed (no `MAXLEN` when `max_events` is 0) in the
+    /// same script, so the batch is wholly in the log or not at all. An `Unavailable` that
+    /// comes from a timeout cannot tell whether the script ran; the producer's retry is
+    /// deduplicated upstream (`X-Producer-Seq`).
+    async fn append(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+    ) -> Result<Vec<EventId>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.timed("append", async {
+            let keys = self.keys(thread);
+            let mut invocation = self.inner.scripts.append.key(&keys.stream);
+            invocation
+                .key(&keys.meta)
+                .arg(Epoch::random().to_string())
+                .arg(self.inner.config.retention.max_events);
+            for ev in events {
+                invocation.arg(&ev.json[..]);
+            }
+            let mut conn = self.inner.conn.clone();
+            let reply: Value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            let items = array(&reply).ok_or_else(|| malformed("append reply"))?;
+            let epoch = parse_epoch(items.first())?;
+            let ids = items
+                .get(1)
+                .and_then(array)
+                .ok_or_else(|| malformed("append reply"))?
+                .iter()
+                .map(|v| parse_pos(v).map(|pos| EventId { epoch, pos }))
+                .collect::<Result<Vec<_>, _>>()?;
+            if ids.len() != events.len() {
+                return Err(malformed("append reply (id count)"));
+            }
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Script: epoch, `XINFO STREAM` head and `XRANGE <start> + COUNT <limit>` in one atomic
+    /// step, then [`check_resumable`] exactly as the memory backend. Invalid entries are
+    /// skipped (and further pages read, so `limit` valid entries come back when they exist).
+    async fn read(
+        &self,
+        thread: &ThreadId,
+        from: ReadFrom,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, LogError> {
+        self.timed("read", async {
+            let keys = self.keys(thread);
+            let mut out: Vec<LogEntry> = Vec::new();
+            let mut start = from;
+            let mut first_page = true;
+            loop {
+                let want = limit - out.len();
+                let (head, raw) = self.read_page(&keys, start, want).await?;
+                if let ReadFrom::After(id) = start
+                    && let Err(gap) = check_resumable(&head, id)
+                {
+                    if first_page {
+                        return Err(gap.into());
+                    }
+                    // Changed under a later page: return what was exact; the caller's next
+                    // read reports the gap.
+                    break;
+                }
+                first_page = false;
+                let complete_page = raw.len() >= want;
+                let last_raw = raw.last().map(|r| r.pos);
+                out.extend(decode_entries(thread, head.epoch, raw));
+                match last_raw {
+                    Some(pos) if complete_page && out.len() < limit => {
+                        start = ReadFrom::After(EventId {
+                            epoch: head.epoch,
+                            pos,
+                        });
+                    }
+                    _ => break,
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Script: epoch (created if missing) and the `XINFO STREAM` fields: `last` is
+    /// `last-generated-id`, `max_deleted` the highest removed position (see the module docs);
+    /// both `0-0` when the stream does not exist.
+    async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
+        self.timed("head", async {
+            let keys = self.keys(thread);
+            let fresh = Epoch::random().to_string();
+            let reply: Value = retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                let mut invocation = self.inner.scripts.head.key(&keys.stream);
+                invocation.key(&keys.meta).arg(&fresh);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable)?;
+            parse_head(array(&reply).ok_or_else(|| malformed("head reply"))?)
+        })
+        .await
+    }
+
+    /// `PING`.
+    async fn ping(&self) -> Result<(), LogError> {
+        self.timed("ping", async {
+            retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable)
+        })
+        .await
+    }
+
+    /// Spawns the node's reader (one dedicated connection, one `XREAD BLOCK` over every
+    /// followed thread) and its waker (`CLIENT UNBLOCK` on the shared connection). Both run
+    /// until `shutdown` is cancelled; Redis outages are retried with capped, jittered backoff
+    /// (100 ms … 5 s) and the reader resumes from its cursors.
+    fn start_tail(
+        &self,
+        sink: mpsc::Sender<TailItem>,
+        shutdown: CancellationToken,
+    ) -> Arc<dyn Tail> {
+        let shared = Arc::new(TailShared::default());
+        let reader = TailReader {
+            log: self.inner.clone(),
+            shared: shared.clone(),
+            sink,
+            shutdown: shutdown.clone(),
+            conn: None,
+        };
+        tokio::spawn(reader.run());
+        tokio::spawn(run_waker(self.inner.clone(), shared.clone(), shutdown));
+        Arc::new(RedisTail { shared })
+    }
+}
+
+/// Runs an idempotent call (read, head, ping) once more when it failed because the shared
+/// connection was dropped: the connection manager reconnects in between, so a single lost
+/// connection (a Redis restart, `CLIENT KILL`, an idle timeout) does not surface as an error.
+/// Appends are never retried here: the script may have run.
+async fn retry_dropped<T, Fut>(mut attempt: impl FnMut() -> Fut) -> Result<T, RedisError>
+where
+    Fut: Future<Output = Result<T, RedisError>>,
+{
+    match attempt().await {
+        Err(e) if e.is_connection_dropped() || e.is_io_error() => attempt().await,
+        other => other,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tail
+
+/// State shared by the tail's handle ([`RedisTail`]), its reader and its waker.
+#[derive(Default)]
+struct TailShared {
+    state: Mutex<TailState>,
+    /// Wakes the reader while it waits with nothing to follow.
+    reader_wake: Notify,
+    /// Wakes the waker, which then unblocks the reader's `XREAD`.
+    waker_wake: Notify,
+    /// `CLIENT ID` of the reader's connection; `0` while it has none.
+    reader_client_id: AtomicU64,
+    /// The [`TailState::generation`] the reader's current `XREAD` was built from.
+    seen_generation: AtomicU64,
+}
+
+#[derive(Default)]
+struct TailState {
+    follows: HashMap<ThreadId, Follow>,
+    /// Bumped by every follow and unfollow; also the version of a new follow.
+    generation: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Follow {
+    /// Distinguishes this follow from an earlier one of the same thread.
+    version: u64,
+    epoch: Epoch,
+    /// Entries strictly after this position are still to be delivered.
+    cursor: StreamPos,
+    /// When the epoch and position were last checked against the log; `None`: never (a new
+    /// follow, or the reader reconnected). Only checked follows are read.
+    checked: Option<Instant>,
+    /// Set when the thread's keys answered with an error of their own (e.g. `WRONGTYPE`): the
+    /// thread is left out of the `XREAD` (which would fail for every thread) and checked again
+    /// at this instant.
+    retry_at: Option<Instant>,
+}
+
+/// The handle the hub holds: follow and unfollow only touch the shared map (never block).
+struct RedisTail {
+    shared: Arc<TailShared>,
+}
+
+impl Tail for RedisTail {
+    fn follow(&self, thread: ThreadId, epoch: Epoch, after: StreamPos) {
+        {
+            let mut state = self.shared.state.lock();
+            state.generation += 1;
+            let version = state.generation;
+            state.follows.insert(
+                thread,
+                Follow {
+                    version,
+                    epoch,
+                    cursor: after,
+                    checked: None,
+                    retry_at: None,
+                },
+            );
+        }
+        // Lock dropped before notifying.
+        self.shared.reader_wake.notify_one();
+        self.shared.waker_wake.notify_one();
+    }
+
+    fn unfollow(&self, thread: &ThreadId) {
+        let mut state = self.shared.state.lock();
+        if state.follows.remove(thread).is_some() {
+            state.generation += 1;
+        }
+    }
+}
+
+/// What the reader does after a step.
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// The node's single reader: owns the dedicated connection.
+struct TailReader {
+    log: Arc<Inner>,
+    shared: Arc<TailShared>,
+    sink: mpsc::Sender<TailItem>,
+    shutdown: CancellationToken,
+    conn: Option<MultiplexedConnection>,
+}
+
+/// How long a thread whose keys answer with an error is left out before it is checked again.
+const BROKEN_THREAD_RETRY: Duration = Duration::from_secs(5);
+
+/// Backoff after `failures` consecutive failures: 100 ms doubling up to 5 s, each drawn in
+/// `[d/2, d]` so nodes do not reconnect in step.
+fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(100)
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(6))
+        .min(Duration::from_secs(5));
+    base.mul_f64(0.5 + rand::random::<f64>() * 0.5)
+}
+
+impl TailReader {
+    async fn run(mut self) {
+        let mut failures: u32 = 0;
+        loop {
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            match self.step().await {
+                Ok(Flow::Continue) => failures = 0,
+                Ok(Flow::Stop) => return,
+                Err(_) if self.shutdown.is_cancelled() => return,
+                Err(e) => {
+                    self.conn = None;
+                    self.shared.reader_client_id.store(0, Ordering::SeqCst);
+                    failures = failures.saturating_add(1);
+                    let delay = backoff(failures);
+                    metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => "tail")
+                        .increment(1);
+                    metrics::gauge!(BACKEND_UP).set(0.0);
+                    tracing::warn!(error = %e, retry_in = ?delay, "redis tail failed; retrying");
+                    tokio::select! {
+                        biased;
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step: wait for a follow, or check due threads, or `XREAD` once and deliver.
+    async fn step(&mut self) -> Result<Flow, LogError> {
+        let (generation, follows) = {
+            let state = self.shared.state.lock();
+            let follows: Vec<(ThreadId, Follow)> =
+                state.follows.iter().map(|(t, f)| (t.clone(), *f)).collect();
+            (state.generation, follows)
+        };
+        if follows.is_empty() {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return Ok(Flow::Stop),
+                _ = self.shared.reader_wake.notified() => return Ok(Flow::Continue),
+            }
+        }
+        self.connect().await?;
+        let period = self.log.config.block;
+        let now = Instant::now();
+        let due: Vec<(ThreadId, Follow)> = follows
+            .iter()
+            .filter(|(_, f)| match f.checked {
+                None => f.retry_at.is_none_or(|at| now >= at),
+                Some(at) => now.duration_since(at) >= period,
+            })
+            .cloned()
+            .collect();
+        if !due.is_empty() {
+            return self.check(due).await;
+        }
+        let next_retry = follows.iter().filter_map(|(_, f)| f.retry_at).min();
+        let readable: Vec<(ThreadId, Follow)> = follows
+            .into_iter()
+            .filter(|(_, f)| f.checked.is_some())
+            .collect();
+        self.shared
+            .seen_generation
+            .store(generation, Ordering::SeqCst);
+        if readable.is_empty() {
+            // Every followed thread is broken: wait for its retry time or a new follow.
+            let until = next_retry.unwrap_or(now + period);
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return Ok(Flow::Stop),
+                _ = self.shared.reader_wake.notified() => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+            return Ok(Flow::Continue);
+        }
+        self.xread(readable).await
+    }
+
+    /// Opens the dedicated connection if there is none: `CLIENT ID` (for `CLIENT UNBLOCK`),
+    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the head script (pipelined `EVALSHA` later).
+    async fn connect(&mut self) -> Result<(), LogError> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        let config = &self.log.config;
+        let connection_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.op_timeout))
+            .set_response_timeout(Some(block_of(config) + config.op_timeout));
+        let client = &self.log.client;
+        let head = &self.log.scripts.head;
+        let open = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&connection_config)
+                .await?;
+            // `CLIENT ID` / `SETNAME` may be denied (ACLs, managed services): the tail then
+            // works without early wake-ups (a new follow waits at most one `block`).
+            let id = match redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<u64>(&mut conn)
+                .await
+            {
+                Ok(id) => id,
+                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tracing::warn!(error = %e, "CLIENT ID refused; follows wait for the block timeout");
+                    0
+                }
+                Err(e) => return Err(e),
+            };
+            match redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg("agui-fanout-tail")
+                .query_async::<()>(&mut conn)
+                .await
+            {
+                Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
+                _ => {}
+            }
+            head.prepare_invoke().load_async(&mut conn).await?;
+            Ok::<_, RedisError>((conn, id))
+        };
+        let (conn, id) = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => return Err(LogError::Unavailable("shutting down".into())),
+            opened = tokio::time::timeout(config.op_timeout, open) => match opened {
+                Ok(Ok(opened)) => opened,
+                Ok(Err(e)) => return Err(unavailable(e)),
+                Err(_) => return Err(LogError::Unavailable("redis tail connect timed out".into())),
+            },
+        };
+        self.conn = Some(conn);
+        self.shared.reader_client_id.store(id, Ordering::SeqCst);
+        metrics::gauge!(BACKEND_UP).set(1.0);
+        // Redis may have restarted without its data: check every thread again.
+        for f in self.shared.state.lock().follows.values_mut() {
+            f.checked = None;
+        }
+        tracing::info!(client_id = id, "redis tail connected");
+        Ok(())
+    }
+
+    fn conn(&mut self) -> Result<&mut MultiplexedConnection, LogError> {
+        self.conn
+            .as_mut()
+            .ok_or_else(|| LogError::Unavailable("redis tail not connected".into()))
+    }
+
+    /// Sends `pipe` on the dedicated connection under `deadline`, watching for shutdown.
+    async fn query(
+        &mut self,
+        pipe: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<Option<Vec<Value>>, LogError> {
+        let shutdown = self.shutdown.clone();
+        let conn = self.conn()?;
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Ok(None),
+            reply = tokio::time::timeout(deadline, pipe.query_async::<Vec<Value>>(conn)) => match reply {
+                Ok(Ok(values)) => Ok(Some(values)),
+                Ok(Err(e)) => Err(unavailable(e)),
+                Err(_) => Err(LogError::Unavailable(format!("redis tail timed out after {deadline:?}"))),
+            },
+        }
+    }
+
+    /// Checks `due` threads: new follows get a full head check ([`check_resumable`] of their
+    /// cursor); the others an `HGET` of the epoch (a full check if it changed or vanished).
+    async fn check(&mut self, due: Vec<(ThreadId, Follow)>) -> Result<Flow, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let op_timeout = self.log.config.op_timeout;
+        let (fresh, known): (Vec<_>, Vec<_>) =
+            due.into_iter().partition(|(_, f)| f.checked.is_none());
+        let mut full = fresh;
+        if !known.is_empty() {
+            let mut pipe = redis::pipe();
+            for (thread, _) in &known {
+                pipe.cmd("HGET")
+                    .arg(Keys::new(&prefix, thread).meta)
+                    .arg("epoch");
+            }
+            let Some(epochs) = self.query(&pipe, op_timeout).await? else {
+                return Ok(Flow::Stop);
+            };
+            let now = Instant::now();
+            for ((thread, follow), epoch) in known.into_iter().zip(epochs) {
+                // An error reply (the meta key of another type) is checked in full below.
+                let same = string(&epoch)
+                    .and_then(|s| parse_epoch_str(&s))
+                    .is_some_and(|e| e == follow.epoch);
+                if same {
+                    self.update(&thread, follow.version, |f| f.checked = Some(now));
+                } else {
+                    full.push((thread, follow));
+                }
+            }
+        }
+        if full.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let heads = self.heads(full.iter().map(|(t, _)| t)).await?;
+        let Some(heads) = heads else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((thread, follow), head) in full.into_iter().zip(heads) {
+            let head = match head {
+                Ok(head) => head,
+                Err(e) => {
+                    self.broken(&thread, follow.version, &e);
+                    continue;
+                }
+            };
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    self.update(&thread, follow.version, |f| {
+                        f.checked = Some(now);
+                        f.retry_at = None;
+                    });
+                    Flow::Continue
+                }
+                Err(reason) => {
+                    self.discontinuity(thread, follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Pipelined head scripts (`EVALSHA`, loaded at connect) for `threads`, in order. An error
+    /// of one thread's own keys is that thread's `Err`; any other error fails the whole call.
+    async fn heads<'a>(
+        &mut self,
+        threads: impl Iterator<Item = &'a ThreadId>,
+    ) -> Result<Option<Vec<Result<LogHead, LogError>>>, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for thread in threads {
+            let keys = Keys::new(&prefix, thread);
+            pipe.cmd("EVALSHA")
+                .arg(self.log.scripts.head.get_hash())
+                .arg(2)
+                .arg(keys.stream)
+                .arg(keys.meta)
+                .arg(Epoch::random().to_string());
+        }
+        let op_timeout = self.log.config.op_timeout;
+        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+            return Ok(None);
+        };
+        replies
+            .iter()
+            .map(|reply| match reply {
+                Value::ServerError(e) if matches!(e.code(), "WRONGTYPE" | "ERR") => {
+                    Ok(Err(LogError::Unavailable(format!("redis: {e}"))))
+                }
+                Value::ServerError(e) => Err(LogError::Unavailable(format!("redis: {e}"))),
+                other => Ok(array(other)
+                    .ok_or_else(|| malformed("head reply"))
+                    .and_then(parse_head)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// `XREAD COUNT n BLOCK ms STREAMS <keys…> <cursors…>`, then, for the threads that got
+    /// entries, a pipelined head check: the entries are delivered only if the cursor was still
+    /// resumable (same epoch, nothing after it trimmed); otherwise a discontinuity.
+    async fn xread(&mut self, follows: Vec<(ThreadId, Follow)>) -> Result<Flow, LogError> {
+        let log = self.log.clone();
+        let config = &log.config;
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(config.read_count.max(1))
+            .arg("BLOCK")
+            .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX))
+            .arg("STREAMS");
+        let mut by_key: HashMap<String, usize> = HashMap::with_capacity(follows.len());
+        for (i, (thread, _)) in follows.iter().enumerate() {
+            let key = Keys::new(&config.prefix, thread).stream;
+            cmd.arg(&key);
+            by_key.insert(key, i);
+        }
+        for (_, follow) in &follows {
+            cmd.arg(follow.cursor.to_string());
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        let deadline = block_of(config) + config.op_timeout;
+        let Some(mut replies) = self.query(&pipe, deadline).await? else {
+            return Ok(Flow::Stop);
+        };
+        let reply = replies.pop().unwrap_or(Value::Nil);
+        let mut got: Vec<(usize, Vec<RawEntry>)> = Vec::new();
+        for (key, entries) in parse_xread(&reply)? {
+            if let Some(&i) = by_key.get(&key)
+                && !entries.is_empty()
+            {
+                got.push((i, entries));
+            }
+        }
+        if got.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let Some(heads) = self.heads(got.iter().map(|(i, _)| &follows[*i].0)).await? else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((i, raw), head) in got.into_iter().zip(heads) {
+            let (thread, follow) = &follows[i];
+            let head = match head {
+                Ok(head) => head,
+                Err(e) => {
+                    self.broken(thread, follow.version, &e);
+                    continue;
+                }
+            };
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    let cursor = raw.last().map(|r| r.pos).unwrap_or(follow.cursor);
+                    let entries = decode_entries(thread, follow.epoch, raw);
+                    let item = (!entries.is_empty()).then(|| TailItem::Entries {
+                        thread: thread.clone(),
+                        entries,
+                    });
+                    self.commit(thread, follow.version, item, |f| {
+                        f.cursor = cursor;
+                        f.checked = Some(now);
+                    })
+                    .await
+                }
+                Err(reason) => {
+                    self.discontinuity(thread.clone(), follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Reports a discontinuity and moves the follow strictly after `head.last`.
+    async fn discontinuity(
+        &mut self,
+        thread: ThreadId,
+        version: u64,
+        head: LogHead,
+        reason: ResumeGap,
+    ) -> Flow {
+        tracing::info!(%thread, reason = reason.as_str(), epoch = %head.epoch, last = %head.last,
+            "redis tail discontinuity");
+        let item = TailItem::Discontinuity {
+            thread: thread.clone(),
+            head,
+            reason,
+        };
+        let now = Instant::now();
+        self.commit(&thread, version, Some(item), |f| {
+            f.epoch = head.epoch;
+            f.cursor = head.last;
+            f.checked = Some(now);
+            f.retry_at = None;
+        })
+        .await
+    }
+
+    /// Applies `update` to the follow of `thread` and sends `item`, both only if the follow is
+    /// still the one (`version`) the item was computed for. The send slot is reserved first and
+    /// used under the lock, so nothing of a replaced or removed follow is sent after
+    /// [`Tail::follow`] / [`Tail::unfollow`] returned.
+    async fn commit(
+        &self,
+        thread: &ThreadId,
+        version: u64,
+        item: Option<TailItem>,
+        update: impl FnOnce(&mut Follow),
+    ) -> Flow {
+        let permit = match item {
+            Some(_) => tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return Flow::Stop,
+                permit = self.sink.reserve() => match permit {
+                    Ok(permit) => Some(permit),
+                    // The hub is gone: nobody to deliver to.
+                    Err(_) => return Flow::Stop,
+                },
+            },
+            None => None,
+        };
+        let mut state = self.shared.state.lock();
+        if let Some(follow) = state.follows.get_mut(thread)
+            && follow.version == version
+        {
+            update(follow);
+            if let (Some(permit), Some(item)) = (permit, item) {
+                permit.send(item);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Leaves `thread` out of the reads until [`BROKEN_THREAD_RETRY`] has passed (its keys
+    /// answered with an error of their own; the other threads keep flowing).
+    fn broken(&self, thread: &ThreadId, version: u64, error: &LogError) {
+        metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => "tail").increment(1);
+        tracing::warn!(%thread, %error, retry_in = ?BROKEN_THREAD_RETRY,
+            "redis tail cannot read this thread's keys");
+        let retry_at = Instant::now() + BROKEN_THREAD_RETRY;
+        self.update(thread, version, |f| {
+            f.checked = None;
+            f.retry_at = Some(retry_at);
+        });
+    }
+
+    /// Applies `update` to the follow of `thread` if it is still `version`.
+    fn update(&self, thread: &ThreadId, version: u64, update: impl FnOnce(&mut Follow)) {
+        let mut state = self.shared.state.lock();
+        if let Some(follow) = state.follows.get_mut(thread)
+            && follow.version == version
+        {
+            update(follow);
+        }
+    }
+}
+
+/// The configured block time, at least 1 ms (`BLOCK 0` would wait forever).
+fn block_of(config: &RedisLogConfig) -> Duration {
+    config.block.max(Duration::from_millis(1))
+}
+
+/// Unblocks the reader's `XREAD` (`CLIENT UNBLOCK <id> TIMEOUT`) after a follow, until the
+/// reader has rebuilt its `XREAD` from that follow or more. Retries with growing pauses (the
+/// reader may have been between two `XREAD`s) and gives up on a Redis error (the reader then
+/// reconnects and rebuilds anyway).
+async fn run_waker(log: Arc<Inner>, shared: Arc<TailShared>, shutdown: CancellationToken) {
+    let max_pause = block_of(&log.config);
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            _ = shared.waker_wake.notified() => {}
+        }
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let wanted = shared.state.lock().generation;
+            if shared.seen_generation.load(Ordering::SeqCst) >= wanted {
+                break;
+            }
+            let id = shared.reader_client_id.load(Ordering::SeqCst);
+            if id == 0 {
+                break;
+            }
+            let mut conn = log.conn.clone();
+            let mut cmd = redis::cmd("CLIENT");
+            cmd.arg("UNBLOCK").arg(id).arg("TIMEOUT");
+            let unblock = cmd.query_async::<i64>(&mut conn);
+            let sent = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                sent = tokio::time::timeout(log.config.op_timeout, unblock) => sent,
+            };
+            if !matches!(sent, Ok(Ok(_))) {
+                break;
+            }
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(max_pause);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entries and replies
+
+/// Validates raw entries of `thread` (SPEC §2: producers may write directly): an entry without
+/// `e`, or whose `e` is not a valid AG-UI event of this thread, is logged, counted and skipped.
+fn decode_entries(thread: &ThreadId, epoch: Epoch, raw: Vec<RawEntry>) -> Vec<LogEntry> {
+    raw.into_iter()
+        .filter_map(|entry| {
+            let id = EventId {
+                epoch,
+                pos: entry.pos,
+            };
+            let Some(data) = entry.data else {
+                skip_invalid(thread, id, "no field `e`");
+                return None;
+            };
+            match validate_event(&data, Some(thread)) {
+                Ok(event) => Some(LogEntry {
+                    id,
+                    event_type: event.event_type,
+                    json: event.json,
+                }),
+                Err(e) => {
+                    skip_invalid(thread, id, &e.to_string());
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn skip_invalid(thread: &ThreadId, id: EventId, why: &str) {
+    tracing::warn!(%thread, entry = %id.pos, error = why, "skipping invalid log entry");
+    metrics::counter!(INVALID_ENTRIES).increment(1);
+}
+
+fn unavailable(e: RedisError) -> LogError {
+    LogError::Unavailable(format!("redis: {e}"))
+}
+
+fn malformed(what: &str) -> LogError {
+    LogError::Unavailable(format!("redis: unexpected {what}"))
+}
+
+fn array(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(items) | Value::Set(items) => Some(items),
+        Value::Attribute { data, .. } => array(data),
+        _ => None,
+    }
+}
+
+fn bytes_of(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        Value::Attribute { data, .. } => bytes_of(data),
+        _ => None,
+    }
+}
+
+fn string(v: &Value) -> Option<String> {
+    bytes_of(v).and_then(|b| std::str::from_utf8(b).ok().map(str::to_owned))
+}
+
+fn parse_epoch_str(s: &str) -> Option<Epoch> {
+    (s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u32::from_str_radix(s, 16).ok().map(Epoch))
+        .flatten()
+}
+
+fn parse_epoch(v: Option<&Value>) -> Result<Epoch, LogError> {
+    v.and_then(string)
+        .as_deref()
+        .and_then(parse_epoch_str)
+        .ok_or_else(|| malformed("epoch"))
+}
+
+fn parse_pos(v: &Value) -> Result<StreamPos, LogError> {
+    string(v)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| malformed("entry ID"))
+}
+
+/// `{epoch, {last, max_deleted, first, length, entries_added}, …}` of the head and read
+/// scripts (the inner list: `XINFO STREAM` fields), as a [`LogHead`].
+fn parse_head(items: &[Value]) -> Result<LogHead, LogError> {
+    let info = items
+        .get(1)
+        .and_then(array)
+        .ok_or_else(|| malformed("stream info"))?;
+    let pos = |i: usize| {
+        info.get(i)
+            .ok_or_else(|| malformed("stream info"))
+            .and_then(parse_pos)
+    };
+    let count = |i: usize| match info.get(i) {
+        Some(Value::Int(n)) => Ok(*n),
+        Some(other) => string(other)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| malformed("stream info")),
+        None => Err(malformed("stream info")),
+    };
+    let last = pos(0)?;
+    Ok(LogHead {
+        epoch: parse_epoch(items.first())?,
+        last,
+        max_deleted: max_deleted(last, pos(1)?, pos(2)?, count(3)?, count(4)?),
+    })
+}
+
+/// The highest position removed from a stream, from `XINFO STREAM` fields.
+///
+/// Redis 7.0 updates `max-deleted-entry-id` on `XDEL` only, not when `XADD … MAXLEN` or
+/// `XTRIM` trims; but when `entries-added` exceeds `length` something was removed, and every
+/// entry before the first one retained is gone. The bound is then the position just before
+/// `first` (or `last` for an emptied stream): exact when the last trimmed entry shares the first
+/// retained entry's millisecond (the common case), otherwise slightly higher, so resuming from
+/// the very last trimmed id may be reported as trimmed (a prelude instead of an exact resume),
+/// never the other way round.
+fn max_deleted(
+    last: StreamPos,
+    deleted: StreamPos,
+    first: StreamPos,
+    length: i64,
+    added: i64,
+) -> StreamPos {
+    if added <= length {
+        return deleted;
+    }
+    let bound = if length <= 0 || first == StreamPos::ZERO {
+        last
+    } else if first.seq > 0 {
+        StreamPos::new(first.ms, first.seq - 1)
+    } else {
+        StreamPos::new(first.ms.saturating_sub(1), u64::MAX)
+    };
+    deleted.max(bound)
+}
+
+/// An `XRANGE`-shaped reply: `[[id, [field, value, …]], …]` (RESP2 or RESP3).
+fn parse_entries(v: &Value) -> Result<Vec<RawEntry>, LogError> {
+    let items = match v {
+        Value::Nil => return Ok(Vec::new()),
+        other => array(other).ok_or_else(|| malformed("entry list"))?,
+    };
+    items
+        .iter()
+        .map(|entry| {
+            let parts = array(entry).ok_or_else(|| malformed("entry"))?;
+            let pos = parse_pos(parts.first().ok_or_else(|| malformed("entry"))?)?;
+            let data = parts.get(1).and_then(field_e);
+            Ok(RawEntry { pos, data })
+        })
+        .collect()
+}
+
+/// The value of field `e` among an entry's fields (flat array or RESP3 map).
+fn field_e(fields: &Value) -> Option<Bytes> {
+    match fields {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| bytes_of(k) == Some(b"e"))
+            .and_then(|(_, v)| bytes_of(v))
+            .map(Bytes::copy_from_slice),
+        other => array(other)?
+            .chunks(2)
+            .find(|kv| kv.len() == 2 && bytes_of(&kv[0]) == Some(b"e"))
+            .and_then(|kv| bytes_of(&kv[1]))
+            .map(Bytes::copy_from_slice),
+    }
+}
+
+/// An `XREAD` reply: `nil`, `[[key, entries], …]` (RESP2) or `{key: entries}` (RESP3).
+fn parse_xread(v: &Value) -> Result<Vec<(String, Vec<RawEntry>)>, LogError> {
+    let pairs: Vec<(&Value, &Value)> = match v {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        other => array(other)
+            .ok_or_else(|| malformed("XREAD reply"))?
+            .iter()
+            .map(|kv| match array(kv) {
+                Some([k, v]) => Ok((k, v)),
+                _ => Err(malformed("XREAD reply")),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| {
+            let key = string(k).ok_or_else(|| malformed("XREAD key"))?;
+            Ok((key, parse_entries(v)?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_hash_tag() {
+        let thread = ThreadId::parse("t-1").unwrap();
+        let keys = Keys::new("agui", &thread);
+        assert_eq!(keys.stream, "agui:{t-1}:log");
+        assert_eq!(keys.meta, "agui:{t-1}:meta");
+    }
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        for failures in 1..40 {
+            let d = backoff(failures);
+            assert!(d >= Duration::from_millis(50), "{d:?}");
+            assert!(d <= Duration::from_secs(5), "{d:?}");
+        }
+        assert!(backoff(1) <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn parses_xread_and_entries() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("agui:{t}:log"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("5-1"), Value::Array(vec![bulk("e"), bulk("{}")])]),
+                Value::Array(vec![bulk("5-2"), Value::Array(vec![bulk("x"), bulk("1")])]),
+            ]),
+        ])]);
+        let parsed = parse_xread(&reply).unwrap();
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].0, "agui:{t}:log");
+        let entries = &parsed[0].1;
+        assert_eq!(entries[0].pos, StreamPos::new(5, 1));
+        assert_eq!(entries[0].data.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(entries[1].data, None);
+        assert!(parse_xread(&Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn epoch_strings() {
+        assert_eq!(parse_epoch_str("0a1b2c3d"), Some(Epoch(0x0a1b2c3d)));
+        assert_eq!(parse_epoch_str("0a1b2c3"), None);
+        assert_eq!(parse_epoch_str("+a1b2c3d"), None);
+    }
+}

@@ -16,7 +16,9 @@ pub fn recorded_responses() -> Vec<PathBuf> {
         let step = step.unwrap().path();
         for f in std::fs::read_dir(&step).unwrap() {
             let f = f.unwrap().path();
-            if f.to_string_lossy().ends_with("Response.Server.AGUI.verified.json") {
+            if f.to_string_lossy()
+                .ends_with("Response.Server.AGUI.verified.json")
+            {
                 out.push(f);
             }
         }

@@ -4,4 +4,5 @@
 
 pub mod broker;
 pub mod fixtures;
+pub mod redis_server;
 pub mod sse_client;

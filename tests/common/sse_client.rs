@@ -24,7 +24,12 @@ pub struct Subscription {
 }
 
 /// Opens `GET {base}/v1/threads/{thread}/events{query}` with an optional `Last-Event-ID`.
-pub async fn subscribe(base: &str, thread: &str, query: &str, last_event_id: Option<&str>) -> Subscription {
+pub async fn subscribe(
+    base: &str,
+    thread: &str,
+    query: &str,
+    last_event_id: Option<&str>,
+) -> Subscription {
     let client = reqwest::Client::new();
     let mut req = client.get(format!("{base}/v1/threads/{thread}/events{query}"));
     if let Some(id) = last_event_id {
@@ -49,7 +54,9 @@ impl Subscription {
     /// The next event with data, or `None` when the stream ended or `timeout` passed.
     pub async fn next(&mut self, timeout: Duration) -> Option<Received> {
         loop {
-            let ev = tokio::time::timeout(timeout, self.events.next()).await.ok()??;
+            let ev = tokio::time::timeout(timeout, self.events.next())
+                .await
+                .ok()??;
             let ev = ev.ok()?;
             if ev.data.is_empty() {
                 continue;
@@ -96,7 +103,12 @@ pub fn id_key(id: &str) -> (String, u64, u64) {
 /// Asserts that ids strictly increase.
 pub fn assert_strictly_increasing(received: &[Received]) {
     for w in received.windows(2) {
-        assert!(id_key(&w[0].id) < id_key(&w[1].id), "ids not increasing: {} then {}", w[0].id, w[1].id);
+        assert!(
+            id_key(&w[0].id) < id_key(&w[1].id),
+            "ids not increasing: {} then {}",
+            w[0].id,
+            w[1].id
+        );
     }
 }
 
@@ -115,7 +127,9 @@ impl Subscription {
     /// Like [`Subscription::next`], keeping the data text.
     pub async fn next_text(&mut self, timeout: Duration) -> Option<ReceivedText> {
         loop {
-            let ev = tokio::time::timeout(timeout, self.events.next()).await.ok()??;
+            let ev = tokio::time::timeout(timeout, self.events.next())
+                .await
+                .ok()??;
             let ev = ev.ok()?;
             if ev.data.is_empty() {
                 continue;
