@@ -1,0 +1,1055 @@
+//! Chunk expansion: `TEXT_MESSAGE_CHUNK`, `TOOL_CALL_CHUNK` and `REASONING_MESSAGE_CHUNK`
+//! become the START / CONTENT (ARGS) / END events `@ag-ui/client` 1.0.0 `transformChunks`
+//! produces, which is what its `verifyEvents` and reducer then see (AGUI.md §4.3, §5.1).
+//!
+//! The rules, as the client applies them:
+//! - A stream being assembled from chunks lives in a **lane**, one per `subagentRunId`
+//!   (`None` is the parent agent). A lane holds at most one open stream, of any kind.
+//! - A chunk whose id is absent, or equal to its lane's open stream of the same kind,
+//!   **continues** it (CONTENT/ARGS only). Otherwise the lane's open stream is closed (a
+//!   synthesised END) and a new one opens (a synthesised START): the first chunk must carry
+//!   its id (and `toolCallName` for tools). A continuation that repeats `role` / `name`
+//!   (text) or `toolCallName` / `parentMessageId` (tools) with a different value is fatal.
+//! - Which lane a chunk belongs to: a chunk naming an id already open in some lane goes to
+//!   that lane (a contradicting `subagentRunId` is fatal); an id nobody holds opens in the
+//!   lane its own tag names; an id-less chunk goes to the lane its tag names, else the
+//!   parent's lane when it has a stream of that kind open, else the sole lane with such a
+//!   stream (several is fatal: ambiguous).
+//! - Non-chunk events: `TEXT_MESSAGE_*`, `TOOL_CALL_*` (RESULT included), `STATE_*`,
+//!   `CUSTOM`, `STEP_*` and the non-encrypted `REASONING_*` close **their own** lane (the
+//!   lane of their `subagentRunId`); `RUN_*` and `MESSAGES_SNAPSHOT` close **every** lane (in
+//!   the order the lanes opened); `SUBAGENT_FINISHED` / `SUBAGENT_ERROR` close that
+//!   subagent's lane; `RAW`, `ACTIVITY_*`, `REASONING_ENCRYPTED_VALUE` and
+//!   `SUBAGENT_STARTED` close nothing.
+//! - ENDs are only ever synthesised: a stream may end with a lane still open, and the client
+//!   then emits nothing for it (its `finalize` discards the ENDs), so there is no `flush`.
+//!   A prelude that resumes such a stream must re-open the lane ([`OpenLane::reopening_chunk`]).
+//!
+//! Mixing the two forms for one item needs no rule of its own: `TEXT_MESSAGE_START(m1)`
+//! then a chunk for `m1` synthesises a second START, and a chunk for `m1` then
+//! `TEXT_MESSAGE_CONTENT(m1)` closes the lane first, so `verifyEvents` (see
+//! [`super::order`]) refuses both, exactly as the client does.
+//!
+//! Synthesised events are built field by field as the client builds them: a START carries the
+//! chunk's `metadata`; a CONTENT/ARGS carries the chunk's `metadata` and `rawEvent` and is
+//! emitted when the chunk has a `delta` or a `rawEvent` (`delta` then defaults to `""`); a
+//! continuation carrying only `metadata` yields a zero-delta CONTENT/ARGS so the metadata
+//! still reaches the reducer; an END carries only the id and the opener's `subagentRunId`.
+//! Unknown top-level members of a chunk are not carried over: the client's enforcement strips
+//! them before expansion, so its reducer never sees them either. `timestamp` is not carried.
+
+use super::EventType;
+use super::order::{OrderViolation, rule};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+/// What kind of stream a lane is assembling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LaneKind {
+    /// A text message, from `TEXT_MESSAGE_CHUNK`.
+    Text,
+    /// A tool call, from `TOOL_CALL_CHUNK`.
+    Tool,
+    /// A reasoning message, from `REASONING_MESSAGE_CHUNK`.
+    Reasoning,
+}
+
+impl LaneKind {
+    /// The chunk event type that feeds this kind of lane.
+    pub const fn chunk_type(self) -> EventType {
+        match self {
+            LaneKind::Text => EventType::TextMessageChunk,
+            LaneKind::Tool => EventType::ToolCallChunk,
+            LaneKind::Reasoning => EventType::ReasoningMessageChunk,
+        }
+    }
+
+    /// The id member of the chunk (`messageId` or `toolCallId`).
+    pub const fn id_field(self) -> &'static str {
+        match self {
+            LaneKind::Tool => "toolCallId",
+            LaneKind::Text | LaneKind::Reasoning => "messageId",
+        }
+    }
+
+    /// The client's wording for the entity ("text message", "tool call", ...).
+    const fn entity_kind(self) -> &'static str {
+        match self {
+            LaneKind::Text => "text message",
+            LaneKind::Tool => "tool call",
+            LaneKind::Reasoning => "reasoning message",
+        }
+    }
+
+    const fn start_type(self) -> EventType {
+        match self {
+            LaneKind::Text => EventType::TextMessageStart,
+            LaneKind::Tool => EventType::ToolCallStart,
+            LaneKind::Reasoning => EventType::ReasoningMessageStart,
+        }
+    }
+
+    const fn content_type(self) -> EventType {
+        match self {
+            LaneKind::Text => EventType::TextMessageContent,
+            LaneKind::Tool => EventType::ToolCallArgs,
+            LaneKind::Reasoning => EventType::ReasoningMessageContent,
+        }
+    }
+
+    const fn end_type(self) -> EventType {
+        match self {
+            LaneKind::Text => EventType::TextMessageEnd,
+            LaneKind::Tool => EventType::ToolCallEnd,
+            LaneKind::Reasoning => EventType::ReasoningMessageEnd,
+        }
+    }
+}
+
+/// The stream an open lane is assembling, with the fields its opening chunk established
+/// (the ones a continuation may repeat only with the same value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaneStream {
+    /// A text message.
+    Text {
+        /// `messageId`.
+        message_id: String,
+        /// The role the opener established: the chunk's `role`, or `"assistant"` when absent.
+        role: String,
+        /// The opener's `name`, if any.
+        name: Option<String>,
+    },
+    /// A tool call.
+    Tool {
+        /// `toolCallId`.
+        tool_call_id: String,
+        /// `toolCallName` (required on the opening chunk).
+        tool_call_name: String,
+        /// The opener's `parentMessageId`, if any.
+        parent_message_id: Option<String>,
+    },
+    /// A reasoning message.
+    Reasoning {
+        /// `messageId`.
+        message_id: String,
+    },
+}
+
+/// A lane with a stream still being assembled from chunks (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenLane {
+    /// The lane: the `subagentRunId` of the chunks that opened it, `None` for the parent
+    /// agent. Synthesised events of this lane carry it as their `subagentRunId`.
+    pub owner: Option<String>,
+    /// What is being assembled.
+    pub stream: LaneStream,
+}
+
+impl OpenLane {
+    /// The kind of stream.
+    pub fn kind(&self) -> LaneKind {
+        match self.stream {
+            LaneStream::Text { .. } => LaneKind::Text,
+            LaneStream::Tool { .. } => LaneKind::Tool,
+            LaneStream::Reasoning { .. } => LaneKind::Reasoning,
+        }
+    }
+
+    /// The stream's `messageId` / `toolCallId`.
+    pub fn id(&self) -> &str {
+        match &self.stream {
+            LaneStream::Text { message_id, .. } | LaneStream::Reasoning { message_id } => {
+                message_id
+            }
+            LaneStream::Tool { tool_call_id, .. } => tool_call_id,
+        }
+    }
+
+    /// A delta-less chunk that, sent to a fresh `@ag-ui/client` pipeline, re-opens this lane
+    /// (and, through the synthesised START, the message or tool call in `verifyEvents`), so
+    /// that later id-less continuation chunks keep assembling into it. It names the id, the
+    /// established fields (`role`, `name`, `toolCallName`, `parentMessageId`) and the lane's
+    /// `subagentRunId`. Meant for preludes (SPEC §5): a plain `TEXT_MESSAGE_START` would
+    /// re-open the message but not the lane, and the next id-less chunk would then be fatal.
+    pub fn reopening_chunk(&self) -> Value {
+        let mut chunk = Map::new();
+        chunk.insert("type".into(), self.kind().chunk_type().as_str().into());
+        match &self.stream {
+            LaneStream::Text {
+                message_id,
+                role,
+                name,
+            } => {
+                chunk.insert("messageId".into(), message_id.as_str().into());
+                chunk.insert("role".into(), role.as_str().into());
+                if let Some(name) = name {
+                    chunk.insert("name".into(), name.as_str().into());
+                }
+            }
+            LaneStream::Tool {
+                tool_call_id,
+                tool_call_name,
+                parent_message_id,
+            } => {
+                chunk.insert("toolCallId".into(), tool_call_id.as_str().into());
+                chunk.insert("toolCallName".into(), tool_call_name.as_str().into());
+                if let Some(parent) = parent_message_id {
+                    chunk.insert("parentMessageId".into(), parent.as_str().into());
+                }
+            }
+            LaneStream::Reasoning { message_id } => {
+                chunk.insert("messageId".into(), message_id.as_str().into());
+            }
+        }
+        if let Some(owner) = &self.owner {
+            chunk.insert("subagentRunId".into(), owner.as_str().into());
+        }
+        Value::Object(chunk)
+    }
+
+    /// The END the client synthesises when this lane closes.
+    fn end_event(&self) -> Value {
+        let kind = self.kind();
+        let mut end = Map::new();
+        end.insert("type".into(), kind.end_type().as_str().into());
+        end.insert(kind.id_field().into(), self.id().into());
+        if let Some(owner) = &self.owner {
+            end.insert("subagentRunId".into(), owner.as_str().into());
+        }
+        Value::Object(end)
+    }
+}
+
+/// `@ag-ui/client` 1.0.0 `transformChunks` as a state machine over one stream (here: one
+/// thread's log, from its first event). See the module docs for the rules.
+///
+/// Cheap to clone: it holds only the open lanes (at most one per subagent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChunkExpander {
+    /// Open lanes in the order they opened (the client's `Map` insertion order, which is the
+    /// order `RUN_*` / `MESSAGES_SNAPSHOT` close them in).
+    lanes: Vec<OpenLane>,
+}
+
+/// The result of expanding one event: borrowed when it is the event itself, owned when
+/// synthesised. Dereferences to [`Value`].
+pub type Expanded<'a> = Vec<Cow<'a, Value>>;
+
+impl ChunkExpander {
+    /// An expander with no lane open (the state at the start of a stream).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lanes still assembling a stream, in the order they opened. A prelude must re-open
+    /// each of them ([`OpenLane::reopening_chunk`]).
+    pub fn open_lanes(&self) -> &[OpenLane] {
+        &self.lanes
+    }
+
+    /// Expands one event as `@ag-ui/client` 1.0.0 `transformChunks` does: a chunk becomes
+    /// its synthesised events (possibly none, for an empty continuation); any other event is
+    /// returned as itself, preceded by the ENDs of the lanes it closes. Events that are not an
+    /// object with a known AG-UI 1.0 `type` pass through untouched and close nothing.
+    ///
+    /// # Errors
+    /// [`OrderViolation`] for a chunk the client refuses (rules `chunk_missing_id`,
+    /// `chunk_missing_tool_call_name`, `chunk_field_mismatch`, `chunk_subagent_mismatch`,
+    /// `chunk_lane_ambiguous`, `chunk_field_malformed`). On error the expander is unchanged.
+    pub fn expand<'a>(&mut self, event: &'a Value) -> Result<Expanded<'a>, OrderViolation> {
+        let Some(obj) = event.as_object() else {
+            return Ok(vec![Cow::Borrowed(event)]);
+        };
+        let Some(event_type) = obj
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(EventType::parse)
+        else {
+            return Ok(vec![Cow::Borrowed(event)]);
+        };
+        use EventType as T;
+        let mut out: Expanded<'a> = Vec::new();
+        match event_type {
+            T::TextMessageChunk => return self.expand_chunk(LaneKind::Text, obj),
+            T::ToolCallChunk => return self.expand_chunk(LaneKind::Tool, obj),
+            T::ReasoningMessageChunk => return self.expand_chunk(LaneKind::Reasoning, obj),
+            // Events that close their own lane (untagged ones: the parent's).
+            T::TextMessageStart
+            | T::TextMessageContent
+            | T::TextMessageEnd
+            | T::ToolCallStart
+            | T::ToolCallArgs
+            | T::ToolCallEnd
+            | T::ToolCallResult
+            | T::StateSnapshot
+            | T::StateDelta
+            | T::Custom
+            | T::StepStarted
+            | T::StepFinished
+            | T::ReasoningStart
+            | T::ReasoningMessageStart
+            | T::ReasoningMessageContent
+            | T::ReasoningMessageEnd
+            | T::ReasoningEnd => match obj.get("subagentRunId") {
+                // The client reads `subagentRunId ?? undefined`: null is the parent's lane.
+                None | Some(Value::Null) => out.extend(self.close_lane(None).map(Cow::Owned)),
+                Some(Value::String(owner)) => {
+                    out.extend(self.close_lane(Some(owner)).map(Cow::Owned));
+                }
+                // A non-string tag (schema-invalid) names no lane.
+                Some(_) => {}
+            },
+            // Run-level events close every lane, in opening order.
+            T::RunStarted | T::RunFinished | T::RunError | T::MessagesSnapshot => {
+                out.extend(
+                    self.lanes
+                        .drain(..)
+                        .map(|lane| Cow::Owned(lane.end_event())),
+                );
+            }
+            // A subagent's terminal closes that subagent's lane only.
+            T::SubagentFinished | T::SubagentError => {
+                if let Some(Value::String(owner)) = obj.get("subagentRunId") {
+                    out.extend(self.close_lane(Some(owner)).map(Cow::Owned));
+                }
+            }
+            // Stand aside from chunk assembly.
+            T::Raw
+            | T::ActivitySnapshot
+            | T::ActivityDelta
+            | T::ReasoningEncryptedValue
+            | T::SubagentStarted => {}
+        }
+        out.push(Cow::Borrowed(event));
+        Ok(out)
+    }
+
+    /// Removes `owner`'s lane, returning its END; `None` when the lane has nothing open.
+    fn close_lane(&mut self, owner: Option<&str>) -> Option<Value> {
+        let at = self
+            .lanes
+            .iter()
+            .position(|lane| lane.owner.as_deref() == owner)?;
+        Some(self.lanes.remove(at).end_event())
+    }
+
+    /// The client's `resolveLane`: which lane a chunk of `kind` belongs to.
+    fn resolve_lane(
+        &self,
+        kind: LaneKind,
+        id: Option<&str>,
+        tag: Option<&str>,
+    ) -> Result<Option<String>, OrderViolation> {
+        if let Some(id) = id {
+            // A named id continues wherever it is already open, whoever sends it.
+            let holder = self
+                .lanes
+                .iter()
+                .find(|lane| lane.kind() == kind && lane.id() == id);
+            if let Some(holder) = holder {
+                if let Some(tag) = tag
+                    && Some(tag) != holder.owner.as_deref()
+                {
+                    return Err(OrderViolation::new(
+                        rule::CHUNK_SUBAGENT_MISMATCH,
+                        format!(
+                            "Cannot continue {} '{id}': chunk subagentRunId '{tag}' does not match \
+                             the open stream's subagent '{}'.",
+                            kind.entity_kind(),
+                            holder.owner.as_deref().unwrap_or("(the parent agent)"),
+                        ),
+                    ));
+                }
+                return Ok(holder.owner.clone());
+            }
+            return Ok(tag.map(str::to_owned));
+        }
+        if let Some(tag) = tag {
+            return Ok(Some(tag.to_owned()));
+        }
+        // Untagged means the parent agent: prefer the parent's own open stream.
+        if self
+            .lanes
+            .iter()
+            .any(|lane| lane.owner.is_none() && lane.kind() == kind)
+        {
+            return Ok(None);
+        }
+        // Otherwise the sole open stream of this kind, so producers that tag only the
+        // opening chunk keep working.
+        let mut candidates = self.lanes.iter().filter(|lane| lane.kind() == kind);
+        match (candidates.next(), candidates.count()) {
+            (Some(only), 0) => Ok(only.owner.clone()),
+            (Some(_), more) => Err(OrderViolation::new(
+                rule::CHUNK_LANE_AMBIGUOUS,
+                format!(
+                    "Ambiguous {}: it carries neither a {} nor a subagentRunId, but {} lanes have \
+                     an open {}. Attribute the chunk to the subagent it belongs to.",
+                    kind.chunk_type(),
+                    kind.id_field(),
+                    more + 1,
+                    kind.entity_kind(),
+                ),
+            )),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// Expands one chunk. Every check runs before the first change to `self.lanes`.
+    fn expand_chunk<'a>(
+        &mut self,
+        kind: LaneKind,
+        chunk: &Map<String, Value>,
+    ) -> Result<Expanded<'a>, OrderViolation> {
+        let chunk_type = kind.chunk_type();
+        let id = optional_str(chunk, kind.id_field(), chunk_type)?;
+        let tag = optional_str(chunk, "subagentRunId", chunk_type)?;
+        let lane = self.resolve_lane(kind, id, tag)?;
+        let lane_at = self
+            .lanes
+            .iter()
+            .position(|open| open.owner.as_deref() == lane.as_deref());
+        // Indexing below: `lane_at` and `stream_at` are positions in `self.lanes` taken
+        // after its last change, so they are in bounds.
+        let continuing = lane_at.filter(|&at| {
+            let open = &self.lanes[at];
+            open.kind() == kind && id.is_none_or(|id| id == open.id())
+        });
+
+        let mut out: Expanded<'a> = Vec::new();
+        let stream_at = match continuing {
+            Some(at) => {
+                check_opener_agreement(&self.lanes[at], chunk)?;
+                at
+            }
+            None => {
+                let Some(id) = id else {
+                    return Err(OrderViolation::new(
+                        rule::CHUNK_MISSING_ID,
+                        format!("First {chunk_type} must have a {}", kind.id_field()),
+                    ));
+                };
+                let stream = match kind {
+                    LaneKind::Text => LaneStream::Text {
+                        message_id: id.to_owned(),
+                        role: optional_str(chunk, "role", chunk_type)?
+                            .unwrap_or("assistant")
+                            .to_owned(),
+                        name: optional_str(chunk, "name", chunk_type)?.map(str::to_owned),
+                    },
+                    LaneKind::Tool => LaneStream::Tool {
+                        tool_call_id: id.to_owned(),
+                        tool_call_name: optional_str(chunk, "toolCallName", chunk_type)?
+                            .ok_or_else(|| {
+                                OrderViolation::new(
+                                    rule::CHUNK_MISSING_TOOL_CALL_NAME,
+                                    "First TOOL_CALL_CHUNK must have a toolCallName",
+                                )
+                            })?
+                            .to_owned(),
+                        parent_message_id: optional_str(chunk, "parentMessageId", chunk_type)?
+                            .map(str::to_owned),
+                    },
+                    LaneKind::Reasoning => LaneStream::Reasoning {
+                        message_id: id.to_owned(),
+                    },
+                };
+                // Checks done: from here on the lanes change.
+                if let Some(at) = lane_at {
+                    out.push(Cow::Owned(self.lanes.remove(at).end_event()));
+                }
+                let opened = OpenLane {
+                    owner: lane,
+                    stream,
+                };
+                out.push(Cow::Owned(start_event(&opened, chunk)));
+                self.lanes.push(opened);
+                // Just pushed: the vector is not empty.
+                self.lanes.len() - 1
+            }
+        };
+
+        let open = &self.lanes[stream_at];
+        let delta = chunk.get("delta");
+        let raw_event = chunk.get("rawEvent");
+        let metadata = chunk.get("metadata");
+        if delta.is_some() || raw_event.is_some() {
+            let mut content = content_base(open, delta.cloned().unwrap_or_else(|| "".into()));
+            // Prefer the incoming chunk's own tag over the opener's.
+            if let Some(owner) = tag.or(open.owner.as_deref()) {
+                content.insert("subagentRunId".into(), owner.into());
+            }
+            if let Some(metadata) = metadata {
+                content.insert("metadata".into(), metadata.clone());
+            }
+            if let Some(raw_event) = raw_event {
+                content.insert("rawEvent".into(), raw_event.clone());
+            }
+            out.push(Cow::Owned(Value::Object(content)));
+        } else if out.is_empty()
+            && let Some(metadata) = metadata
+        {
+            // A metadata-only continuation: a zero-delta content event carries it.
+            let mut content = content_base(open, "".into());
+            content.insert("metadata".into(), metadata.clone());
+            if let Some(owner) = tag.or(open.owner.as_deref()) {
+                content.insert("subagentRunId".into(), owner.into());
+            }
+            out.push(Cow::Owned(Value::Object(content)));
+        }
+        Ok(out)
+    }
+}
+
+/// A continuation may repeat a field its opener established, but only with the same value.
+fn check_opener_agreement(
+    open: &OpenLane,
+    chunk: &Map<String, Value>,
+) -> Result<(), OrderViolation> {
+    let chunk_type = open.kind().chunk_type();
+    let agree = |field: &str, established: Option<&str>| -> Result<(), OrderViolation> {
+        match optional_str(chunk, field, chunk_type)? {
+            Some(incoming) if Some(incoming) != established => Err(OrderViolation::new(
+                rule::CHUNK_FIELD_MISMATCH,
+                format!(
+                    "Cannot continue {} '{}': chunk {field} '{incoming}' does not match the open \
+                     stream's {field} {}.",
+                    open.kind().entity_kind(),
+                    open.id(),
+                    established.map_or_else(|| "(absent)".to_owned(), |e| format!("'{e}'")),
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    match &open.stream {
+        LaneStream::Text { role, name, .. } => {
+            agree("role", Some(role))?;
+            agree("name", name.as_deref())
+        }
+        LaneStream::Tool {
+            tool_call_name,
+            parent_message_id,
+            ..
+        } => {
+            agree("toolCallName", Some(tool_call_name))?;
+            agree("parentMessageId", parent_message_id.as_deref())
+        }
+        // The client checks no repeated field on reasoning chunks.
+        LaneStream::Reasoning { .. } => Ok(()),
+    }
+}
+
+/// The START the client synthesises for a lane opened by `chunk` (with the chunk's metadata).
+fn start_event(opened: &OpenLane, chunk: &Map<String, Value>) -> Value {
+    let kind = opened.kind();
+    let mut start = Map::new();
+    start.insert("type".into(), kind.start_type().as_str().into());
+    start.insert(kind.id_field().into(), opened.id().into());
+    match &opened.stream {
+        LaneStream::Text { role, name, .. } => {
+            start.insert("role".into(), role.as_str().into());
+            if let Some(name) = name {
+                start.insert("name".into(), name.as_str().into());
+            }
+        }
+        LaneStream::Tool {
+            tool_call_name,
+            parent_message_id,
+            ..
+        } => {
+            start.insert("toolCallName".into(), tool_call_name.as_str().into());
+            if let Some(parent) = parent_message_id {
+                start.insert("parentMessageId".into(), parent.as_str().into());
+            }
+        }
+        LaneStream::Reasoning { .. } => {
+            start.insert("role".into(), "reasoning".into());
+        }
+    }
+    if let Some(owner) = &opened.owner {
+        start.insert("subagentRunId".into(), owner.as_str().into());
+    }
+    if let Some(metadata) = chunk.get("metadata") {
+        start.insert("metadata".into(), metadata.clone());
+    }
+    Value::Object(start)
+}
+
+/// `{type, <id>, delta}` of the lane's CONTENT / ARGS event.
+fn content_base(open: &OpenLane, delta: Value) -> Map<String, Value> {
+    let kind = open.kind();
+    let mut content = Map::new();
+    content.insert("type".into(), kind.content_type().as_str().into());
+    content.insert(kind.id_field().into(), open.id().into());
+    content.insert("delta".into(), delta);
+    content
+}
+
+/// An optional string member: absent → `None`; anything but a string is malformed (the
+/// schema refuses it, and so does the client's enforcement before expansion).
+fn optional_str<'v>(
+    chunk: &'v Map<String, Value>,
+    field: &str,
+    chunk_type: EventType,
+) -> Result<Option<&'v str>, OrderViolation> {
+    match chunk.get(field) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(OrderViolation::new(
+            rule::CHUNK_FIELD_MALFORMED,
+            format!("{chunk_type}.{field} must be a string when present"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn expand(x: &mut ChunkExpander, event: Value) -> Result<Vec<Value>, OrderViolation> {
+        x.expand(&event)
+            .map(|out| out.into_iter().map(Cow::into_owned).collect())
+    }
+
+    fn types(events: &[Value]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or("?"))
+            .collect()
+    }
+
+    #[test]
+    fn first_chunk_opens_then_continuations_append_and_run_finished_closes() {
+        let mut x = ChunkExpander::new();
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "Hi"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hi"}),
+            ]
+        );
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "delta": " there"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": " there"})]
+        );
+        let run_finished = json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"});
+        let out = expand(&mut x, run_finished.clone()).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+                run_finished
+            ]
+        );
+        assert!(x.open_lanes().is_empty());
+    }
+
+    #[test]
+    fn raw_does_not_close_chunk_stream() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "role": "assistant", "delta": "Half "}),
+        )
+        .unwrap();
+        for aside in [
+            json!({"type": "RAW", "event": {}}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "x", "content": {}}),
+            json!({"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "x", "patch": []}),
+            json!({"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "m1", "encryptedValue": "e"}),
+            json!({"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "n"}),
+        ] {
+            let out = expand(&mut x, aside.clone()).unwrap();
+            assert_eq!(out, vec![aside]);
+        }
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "delta": "and half."}),
+        )
+        .unwrap();
+        assert_eq!(types(&out), ["TEXT_MESSAGE_CONTENT"]);
+    }
+
+    #[test]
+    fn custom_between_id_less_chunks_is_fatal() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"}),
+        )
+        .unwrap();
+        let out = expand(&mut x, json!({"type": "CUSTOM", "name": "n", "value": 1})).unwrap();
+        assert_eq!(types(&out), ["TEXT_MESSAGE_END", "CUSTOM"]);
+        let err = expand(&mut x, json!({"type": "TEXT_MESSAGE_CHUNK", "delta": "b"})).unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_MISSING_ID);
+        assert_eq!(
+            err.message,
+            "First TEXT_MESSAGE_CHUNK must have a messageId"
+        );
+    }
+
+    #[test]
+    fn lane_closing_events() {
+        let closing = [
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "x"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": ""}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "x"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "x", "toolCallName": "f"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "x", "delta": ""}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "x"}),
+            json!({"type": "TOOL_CALL_RESULT", "messageId": "x", "toolCallId": "c", "content": ""}),
+            json!({"type": "STATE_SNAPSHOT", "snapshot": {}}),
+            json!({"type": "STATE_DELTA", "delta": []}),
+            json!({"type": "CUSTOM", "name": "n", "value": null}),
+            json!({"type": "STEP_STARTED", "stepName": "s"}),
+            json!({"type": "STEP_FINISHED", "stepName": "s"}),
+            json!({"type": "REASONING_START", "messageId": "x"}),
+            json!({"type": "REASONING_MESSAGE_START", "messageId": "x", "role": "reasoning"}),
+            json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "x", "delta": ""}),
+            json!({"type": "REASONING_MESSAGE_END", "messageId": "x"}),
+            json!({"type": "REASONING_END", "messageId": "x"}),
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+            json!({"type": "RUN_ERROR", "message": "m"}),
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": []}),
+        ];
+        for event in closing {
+            let mut x = ChunkExpander::new();
+            expand(
+                &mut x,
+                json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c1", "toolCallName": "f", "delta": "{"}),
+            )
+            .unwrap();
+            let out = expand(&mut x, event.clone()).unwrap();
+            assert_eq!(
+                out,
+                vec![json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}), event]
+            );
+            assert!(x.open_lanes().is_empty());
+        }
+    }
+
+    #[test]
+    fn chunk_with_another_id_closes_and_opens() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"}),
+        )
+        .unwrap();
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "role": "user", "name": "bob", "delta": "b"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "m2", "role": "user", "name": "bob"}),
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "b"}),
+            ]
+        );
+        // A chunk of another kind in the same lane closes it too.
+        let out = expand(
+            &mut x,
+            json!({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r1"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_END", "messageId": "m2"}),
+                json!({"type": "REASONING_MESSAGE_START", "messageId": "r1", "role": "reasoning"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn first_tool_chunk_needs_id_and_name() {
+        let mut x = ChunkExpander::new();
+        let err = expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallName": "f"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_MISSING_ID);
+        assert_eq!(err.message, "First TOOL_CALL_CHUNK must have a toolCallId");
+        let err = expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_MISSING_TOOL_CALL_NAME);
+        assert_eq!(
+            err.message,
+            "First TOOL_CALL_CHUNK must have a toolCallName"
+        );
+        let err = expand(
+            &mut x,
+            json!({"type": "REASONING_MESSAGE_CHUNK", "delta": "x"}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "First REASONING_MESSAGE_CHUNK must have a messageId"
+        );
+        let out = expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c", "toolCallName": "f", "parentMessageId": "m1", "delta": "{}"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f", "parentMessageId": "m1"}),
+                json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn continuation_repeating_a_field_with_another_value_is_fatal() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"}),
+        )
+        .unwrap();
+        // Same value (the default role) is fine, with or without the id.
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "role": "assistant", "delta": "b"}),
+        )
+        .unwrap();
+        let before = x.clone();
+        let err = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "role": "user", "delta": "c"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_FIELD_MISMATCH);
+        assert_eq!(
+            err.message,
+            "Cannot continue text message 'm1': chunk role 'user' does not match the open \
+             stream's role 'assistant'."
+        );
+        assert_eq!(x, before, "unchanged on error");
+        let err = expand(&mut x, json!({"type": "TEXT_MESSAGE_CHUNK", "name": "n"})).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Cannot continue text message 'm1': chunk name 'n' does not match the open \
+             stream's name (absent)."
+        );
+
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c", "toolCallName": "f", "parentMessageId": "p"}),
+        )
+        .unwrap();
+        expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallName": "f", "parentMessageId": "p", "delta": "1"}),
+        )
+        .unwrap();
+        let err = expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallName": "g"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_FIELD_MISMATCH);
+        let err = expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "parentMessageId": "q"}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "Cannot continue tool call 'c': chunk parentMessageId 'q' does not match the open \
+             stream's parentMessageId 'p'."
+        );
+    }
+
+    #[test]
+    fn lanes_per_subagent_assemble_independently() {
+        let mut x = ChunkExpander::new();
+        let chunk = |id: Option<&str>, tag: Option<&str>, delta: &str| {
+            let mut c = json!({"type": "TEXT_MESSAGE_CHUNK", "delta": delta});
+            if let Some(id) = id {
+                c["messageId"] = id.into();
+            }
+            if let Some(tag) = tag {
+                c["subagentRunId"] = tag.into();
+            }
+            c
+        };
+        expand(&mut x, chunk(Some("a"), Some("s1"), "1")).unwrap();
+        expand(&mut x, chunk(Some("b"), Some("s2"), "2")).unwrap();
+        expand(&mut x, chunk(Some("p"), None, "3")).unwrap();
+        assert_eq!(x.open_lanes().len(), 3);
+        // Tagged continuation goes to its lane, with the tag.
+        let out = expand(&mut x, chunk(None, Some("s1"), "4")).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a", "delta": "4", "subagentRunId": "s1"})
+            ]
+        );
+        // Untagged continuation: the parent's lane.
+        let out = expand(&mut x, chunk(None, None, "5")).unwrap();
+        assert_eq!(out[0]["messageId"], "p");
+        // A named id continues in its lane even untagged; a contradicting tag is fatal.
+        let out = expand(&mut x, chunk(Some("b"), None, "6")).unwrap();
+        assert_eq!(out[0]["subagentRunId"], "s2");
+        let err = expand(&mut x, chunk(Some("b"), Some("s1"), "7")).unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_SUBAGENT_MISMATCH);
+        assert_eq!(
+            err.message,
+            "Cannot continue text message 'b': chunk subagentRunId 's1' does not match the open \
+             stream's subagent 's2'."
+        );
+        // A parent event closes only the parent's lane.
+        let out = expand(&mut x, json!({"type": "CUSTOM", "name": "n", "value": 0})).unwrap();
+        assert_eq!(types(&out), ["TEXT_MESSAGE_END", "CUSTOM"]);
+        assert_eq!(out[0]["messageId"], "p");
+        // Untagged, no parent stream, two subagent streams: ambiguous.
+        let err = expand(&mut x, chunk(None, None, "8")).unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_LANE_AMBIGUOUS);
+        assert_eq!(
+            err.message,
+            "Ambiguous TEXT_MESSAGE_CHUNK: it carries neither a messageId nor a subagentRunId, \
+             but 2 lanes have an open text message. Attribute the chunk to the subagent it \
+             belongs to."
+        );
+        // SUBAGENT_FINISHED closes its own lane; then the sole open lane takes untagged chunks.
+        let out = expand(
+            &mut x,
+            json!({"type": "SUBAGENT_FINISHED", "subagentRunId": "s2"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "b", "subagentRunId": "s2"})
+        );
+        let out = expand(&mut x, chunk(None, None, "9")).unwrap();
+        assert_eq!(out[0]["messageId"], "a");
+        assert_eq!(out[0]["subagentRunId"], "s1");
+        // Run terminals close every lane in opening order.
+        expand(&mut x, chunk(Some("q"), None, "10")).unwrap();
+        let out = expand(&mut x, json!({"type": "RUN_ERROR", "message": "x"})).unwrap();
+        assert_eq!(
+            types(&out),
+            ["TEXT_MESSAGE_END", "TEXT_MESSAGE_END", "RUN_ERROR"]
+        );
+        assert_eq!(out[0]["messageId"], "a");
+        assert_eq!(out[1]["messageId"], "q");
+    }
+
+    #[test]
+    fn metadata_and_raw_event_ride_the_synthesised_events() {
+        let mut x = ChunkExpander::new();
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "metadata": {"k": 1}, "rawEvent": {"r": 1}, "timestamp": 5, "extra": true}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant", "metadata": {"k": 1}}),
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "", "metadata": {"k": 1}, "rawEvent": {"r": 1}}),
+            ]
+        );
+        // Metadata-only continuation: a zero-delta content event.
+        let out = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "metadata": {"usage": 3}}),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "", "metadata": {"usage": 3}})
+            ]
+        );
+        // An empty continuation yields nothing.
+        let out = expand(&mut x, json!({"type": "TEXT_MESSAGE_CHUNK"})).unwrap();
+        assert!(out.is_empty());
+        // An opener without delta yields only the START.
+        let out = expand(
+            &mut x,
+            json!({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r", "subagentRunId": "s"}),
+        )
+        .unwrap();
+        // (The parent's lane, holding m1, is not this subagent's lane: nothing closes.)
+        assert_eq!(
+            out,
+            vec![
+                json!({"type": "REASONING_MESSAGE_START", "messageId": "r", "role": "reasoning", "subagentRunId": "s"})
+            ]
+        );
+    }
+
+    #[test]
+    fn reopening_chunk_restores_the_lane() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "role": "user", "name": "n", "subagentRunId": "s", "delta": "a"}),
+        )
+        .unwrap();
+        expand(
+            &mut x,
+            json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c", "toolCallName": "f", "parentMessageId": "m0", "delta": "{"}),
+        )
+        .unwrap();
+        let lanes = x.open_lanes().to_vec();
+        let mut fresh = ChunkExpander::new();
+        for lane in &lanes {
+            let out = expand(&mut fresh, lane.reopening_chunk()).unwrap();
+            assert_eq!(out.len(), 1, "only the START");
+        }
+        assert_eq!(fresh.open_lanes(), &lanes[..]);
+        assert_eq!(
+            lanes[0].reopening_chunk(),
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "role": "user", "name": "n", "subagentRunId": "s"})
+        );
+    }
+
+    #[test]
+    fn unknown_or_non_object_events_pass_through() {
+        let mut x = ChunkExpander::new();
+        expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1"}),
+        )
+        .unwrap();
+        for event in [
+            json!({"type": "FUTURE_EVENT"}),
+            json!(5),
+            json!({"no": "type"}),
+        ] {
+            assert_eq!(expand(&mut x, event.clone()).unwrap(), vec![event]);
+        }
+        assert_eq!(x.open_lanes().len(), 1);
+        let err = expand(
+            &mut x,
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": 5}),
+        )
+        .unwrap_err();
+        assert_eq!(err.rule, rule::CHUNK_FIELD_MALFORMED);
+    }
+}
