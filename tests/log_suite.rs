@@ -15,8 +15,8 @@ use agui_fanout::event::{ThreadId, ValidEvent, validate_event};
 use agui_fanout::log::memory::MemoryLog;
 use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
 use agui_fanout::log::{
-    Epoch, EventId, EventLog, LogEntry, LogError, ReadFrom, ResumeGap, Retention, StreamPos, Tail,
-    TailItem,
+    Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, Retention,
+    StreamPos, Tail, TailItem,
 };
 use common::redis_server::RedisServer;
 use parking_lot::Mutex;
@@ -253,6 +253,51 @@ both_backends! {
     tail_follow_gaps: memory_tail_follow_gaps, redis_tail_follow_gaps;
     ping_answers: memory_ping_answers, redis_ping_answers;
     tail_shutdown_ends_it: memory_tail_shutdown_ends_it, redis_tail_shutdown_ends_it;
+    append_if_compares_epoch_and_last: memory_append_if_compares_epoch_and_last, redis_append_if_compares_epoch_and_last;
+}
+
+/// Compare-and-append: appends only on the expected head; a stale head gets `Conflict` with
+/// the current head and appends nothing; concurrent appenders on one head: exactly one wins.
+async fn append_if_compares_epoch_and_last(f: Fixture) {
+    let log = f.log().await;
+    let thread = f.thread();
+    let fresh = log.head(&thread).await.unwrap();
+    let ids = log.append_if(&thread, &events(0..3), fresh).await.unwrap();
+    assert_eq!(ids.len(), 3);
+    let head = log.head(&thread).await.unwrap();
+    assert_eq!(head.last, ids[2].pos);
+
+    // Stale position.
+    match log.append_if(&thread, &events(3..4), fresh).await {
+        Err(LogError::Conflict(now)) => assert_eq!(now, head),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // Stale epoch.
+    let other_epoch = LogHead {
+        epoch: Epoch(head.epoch.0.wrapping_add(1)),
+        ..head
+    };
+    assert!(matches!(
+        log.append_if(&thread, &events(3..4), other_epoch).await,
+        Err(LogError::Conflict(_))
+    ));
+    assert_eq!(log.head(&thread).await.unwrap(), head, "nothing appended");
+
+    // Many appenders racing on the same head: exactly one wins.
+    let results = futures::future::join_all((0..8).map(|i| {
+        let log = log.clone();
+        let thread = thread.clone();
+        async move { log.append_if(&thread, &events(10 + i..11 + i), head).await }
+    }))
+    .await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.is_ok() || matches!(r, Err(LogError::Conflict(_))))
+    );
+    let all = log.read(&thread, ReadFrom::Start, 100).await.unwrap();
+    assert_eq!(all.len(), 4);
 }
 
 async fn append_then_read(f: Fixture) {

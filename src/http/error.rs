@@ -102,6 +102,12 @@ impl From<LogError> for ApiError {
                 ApiError::unavailable(format!("log backend unavailable: {m}"))
             }
             LogError::Gap(g) => ApiError::new(StatusCode::CONFLICT, "gap", g.to_string()),
+            LogError::Conflict(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "contended",
+                "the thread's log kept moving under concurrent appends; retry",
+            )
+            .retry_after(1),
         }
     }
 }

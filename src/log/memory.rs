@@ -101,6 +101,52 @@ impl MemoryLog {
         }
     }
 
+    /// Appends under the thread's lock, after checking `expected` when given.
+    fn append_checked(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: Option<LogHead>,
+    ) -> Result<Vec<EventId>, LogError> {
+        let log = self.thread(thread);
+        let ids = {
+            let mut inner = log.inner.lock();
+            if let Some(exp) = expected {
+                let head = inner.head();
+                if head.epoch != exp.epoch || head.last != exp.last {
+                    return Err(LogError::Conflict(head));
+                }
+            }
+            if events.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut ids = Vec::with_capacity(events.len());
+            for ev in events {
+                inner.last.seq += 1;
+                let id = EventId {
+                    epoch: inner.epoch,
+                    pos: inner.last,
+                };
+                inner.entries.push_back(LogEntry {
+                    id,
+                    event_type: ev.event_type,
+                    json: ev.json.clone(),
+                });
+                ids.push(id);
+            }
+            let max = self.shared.retention.max_events;
+            while max > 0 && inner.entries.len() > max {
+                if let Some(old) = inner.entries.pop_front() {
+                    inner.max_deleted = old.id.pos;
+                }
+            }
+            ids
+        };
+        // Lock dropped before waking the tail.
+        log.appended.notify_waiters();
+        Ok(ids)
+    }
+
     fn thread(&self, thread: &ThreadId) -> Arc<ThreadLog> {
         if let Some(t) = self.shared.threads.get(thread) {
             return t.clone();
@@ -137,34 +183,16 @@ impl EventLog for MemoryLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let log = self.thread(thread);
-        let ids = {
-            let mut inner = log.inner.lock();
-            let mut ids = Vec::with_capacity(events.len());
-            for ev in events {
-                inner.last.seq += 1;
-                let id = EventId {
-                    epoch: inner.epoch,
-                    pos: inner.last,
-                };
-                inner.entries.push_back(LogEntry {
-                    id,
-                    event_type: ev.event_type,
-                    json: ev.json.clone(),
-                });
-                ids.push(id);
-            }
-            let max = self.shared.retention.max_events;
-            while max > 0 && inner.entries.len() > max {
-                if let Some(old) = inner.entries.pop_front() {
-                    inner.max_deleted = old.id.pos;
-                }
-            }
-            ids
-        };
-        // Lock dropped before waking the tail.
-        log.appended.notify_waiters();
-        Ok(ids)
+        self.append_checked(thread, events, None)
+    }
+
+    async fn append_if(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: LogHead,
+    ) -> Result<Vec<EventId>, LogError> {
+        self.append_checked(thread, events, Some(expected))
     }
 
     async fn read(

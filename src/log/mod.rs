@@ -217,6 +217,9 @@ pub enum LogError {
     /// A read asked for a position that cannot be resumed exactly.
     #[error(transparent)]
     Gap(#[from] ResumeGap),
+    /// A conditional append found the log elsewhere than expected; nothing was appended.
+    #[error("the log moved: its head is now {0:?}")]
+    Conflict(LogHead),
 }
 
 /// What a [`Tail`] reports to the hub.
@@ -266,6 +269,20 @@ pub trait EventLog: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
+    ) -> Result<Vec<EventId>, LogError>;
+
+    /// Like [`EventLog::append`], but only if the log's epoch and last position are still
+    /// `expected` (compare-and-append): the caller checked the batch against the thread's fold
+    /// at that position, so an append on top of anything else could break the order rules.
+    ///
+    /// # Errors
+    /// [`LogError::Conflict`] with the current head when the log moved (nothing appended; the
+    /// caller catches up and retries); [`LogError::Unavailable`] as for `append`.
+    async fn append_if(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: LogHead,
     ) -> Result<Vec<EventId>, LogError>;
 
     /// Up to `limit` entries in log order, starting as `from` says.

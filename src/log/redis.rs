@@ -155,16 +155,24 @@ local function stream_info(stream, live)
 end
 "#;
 
-/// KEYS: stream, meta. ARGV: fresh epoch, maxlen (`0`: none), then one JSON per event.
-/// Returns `{epoch, {entry id…}}`.
+/// KEYS: stream, meta. ARGV: fresh epoch, maxlen (`0`: none), expected epoch and expected
+/// last entry ID (both empty: unconditional), then one JSON per event.
+/// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
+/// last-generated-id is not the expected one (nothing appended).
 const LUA_APPEND: &str = r#"
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
+if ARGV[3] ~= '' then
+  local info = stream_info(KEYS[1], live)
+  if ep ~= ARGV[3] or info[1] ~= ARGV[4] then
+    return {'conflict', ep, info}
+  end
+end
 if not live then
   redis.call('HSET', KEYS[2], 'seen', '1')
 end
 local ids = {}
 local trim = ARGV[2] ~= '0'
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   if trim then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[i])
   else
@@ -278,6 +286,50 @@ impl RedisLog {
         &self.inner.config
     }
 
+    /// Runs the append script, conditional on `expected` when given.
+    async fn append_checked(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: Option<LogHead>,
+    ) -> Result<Vec<EventId>, LogError> {
+        self.timed("append", async {
+            let keys = self.keys(thread);
+            let mut invocation = self.inner.scripts.append.key(&keys.stream);
+            invocation
+                .key(&keys.meta)
+                .arg(Epoch::random().to_string())
+                .arg(self.inner.config.retention.max_events)
+                .arg(expected.map(|h| h.epoch.to_string()).unwrap_or_default())
+                .arg(expected.map(|h| h.last.to_string()).unwrap_or_default());
+            for ev in events {
+                invocation.arg(&ev.json[..]);
+            }
+            let mut conn = self.inner.conn.clone();
+            let reply: Value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            let items = array(&reply).ok_or_else(|| malformed("append reply"))?;
+            if string(items.first().unwrap_or(&Value::Nil)).as_deref() == Some("conflict") {
+                return Err(LogError::Conflict(parse_head(&items[1..])?));
+            }
+            let epoch = parse_epoch(items.first())?;
+            let ids = items
+                .get(1)
+                .and_then(array)
+                .ok_or_else(|| malformed("append reply"))?
+                .iter()
+                .map(|v| parse_pos(v).map(|pos| EventId { epoch, pos }))
+                .collect::<Result<Vec<_>, _>>()?;
+            if ids.len() != events.len() {
+                return Err(malformed("append reply (id count)"));
+            }
+            Ok(ids)
+        })
+        .await
+    }
+
     fn keys(&self, thread: &ThreadId) -> Keys {
         Keys::new(&self.inner.config.prefix, thread)
     }
@@ -364,36 +416,18 @@ impl EventLog for RedisLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.timed("append", async {
-            let keys = self.keys(thread);
-            let mut invocation = self.inner.scripts.append.key(&keys.stream);
-            invocation
-                .key(&keys.meta)
-                .arg(Epoch::random().to_string())
-                .arg(self.inner.config.retention.max_events);
-            for ev in events {
-                invocation.arg(&ev.json[..]);
-            }
-            let mut conn = self.inner.conn.clone();
-            let reply: Value = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            let items = array(&reply).ok_or_else(|| malformed("append reply"))?;
-            let epoch = parse_epoch(items.first())?;
-            let ids = items
-                .get(1)
-                .and_then(array)
-                .ok_or_else(|| malformed("append reply"))?
-                .iter()
-                .map(|v| parse_pos(v).map(|pos| EventId { epoch, pos }))
-                .collect::<Result<Vec<_>, _>>()?;
-            if ids.len() != events.len() {
-                return Err(malformed("append reply (id count)"));
-            }
-            Ok(ids)
-        })
-        .await
+        self.append_checked(thread, events, None).await
+    }
+
+    /// The append script with the expected epoch and `last-generated-id` checked first, in
+    /// the same atomic step (compare-and-append on the stream's last entry ID).
+    async fn append_if(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: LogHead,
+    ) -> Result<Vec<EventId>, LogError> {
+        self.append_checked(thread, events, Some(expected)).await
     }
 
     /// Script: epoch, `XINFO STREAM` head and `XRANGE <start> + COUNT <limit>` in one atomic
