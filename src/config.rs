@@ -12,6 +12,17 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+/// Top-level keys of [`Config`], for picking `AGUI_*` environment variables.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "listen",
+    "redis_url",
+    "sse",
+    "queue",
+    "limits",
+    "retention",
+    "shutdown",
+];
+
 /// The whole broker configuration. Every field has a default, so an empty file is valid.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -175,8 +186,16 @@ impl Config {
             }
             None => fig = fig.merge(Toml::file("config/default.toml")),
         }
-        // `AGUI_LOG` is the log filter (read by `main`), not a configuration key.
-        fig = fig.merge(Env::prefixed("AGUI_").ignore(&["LOG"]).split("__"));
+        // Only variables naming a configuration key: other `AGUI_*` variables (`AGUI_LOG`, the
+        // log filter read by `main`, or a test harness's own) are not configuration.
+        fig = fig.merge(
+            Env::prefixed("AGUI_")
+                .filter(|k| {
+                    let top = k.as_str().split("__").next().unwrap_or("");
+                    TOP_LEVEL_KEYS.iter().any(|t| top.eq_ignore_ascii_case(t))
+                })
+                .split("__"),
+        );
         if let Some(listen) = overrides.listen {
             fig = fig.merge(("listen", listen));
         }
@@ -248,6 +267,7 @@ mod tests {
             jail.set_env("AGUI_QUEUE__MAX_EVENTS", "7");
             jail.set_env("AGUI_REDIS_URL", "redis://127.0.0.1:6379");
             jail.set_env("AGUI_LOG", "debug");
+            jail.set_env("AGUI_TEST_REDIS_URL", "redis://elsewhere");
             let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
             assert_eq!(c.queue.max_events, 7);
             assert_eq!(c.listen.port(), 1);

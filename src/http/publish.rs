@@ -287,24 +287,35 @@ async fn ingest_sse(
 }
 
 /// Fails the byte stream when more than `limit` (+ framing slack) bytes arrive without a
-/// blank line, so one oversized event cannot make the SSE parser buffer without bound.
+/// blank line, so one oversized event cannot make the SSE parser buffer without bound. The
+/// complete events before the oversized one still pass (an ingest appends as it arrives).
 fn guard_event_size(
     body: impl Stream<Item = Result<Bytes, axum::Error>> + Send + 'static,
     limit: usize,
 ) -> impl Stream<Item = Result<Bytes, ApiError>> + Send + 'static {
     let cap = limit + 1024;
-    // State: bytes since the last blank line; whether the previous line was empty so far.
+    // Bytes since the last blank line, and length of the current line so far.
     let mut since_boundary = 0usize;
     let mut line_len = 0usize;
-    body.map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "body_error",
-            format!("could not read the body: {e}"),
-        )
-    })
-    .and_then(move |chunk| {
+    let mut failed = false;
+    body.map(move |chunk| {
+        if failed {
+            return Vec::new();
+        }
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                failed = true;
+                return vec![Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "body_error",
+                    format!("could not read the body: {e}"),
+                ))];
+            }
+        };
         let mut start = 0;
+        // Offset just after the last blank line in this chunk.
+        let mut boundary = 0;
         for nl in memchr::memchr_iter(b'\n', &chunk) {
             let seg = nl - start;
             line_len += seg;
@@ -314,19 +325,26 @@ fn guard_event_size(
                 line_len == 0 || (line_len == 1 && chunk.get(nl.wrapping_sub(1)) == Some(&b'\r'));
             if empty {
                 since_boundary = 0;
+                boundary = nl + 1;
             }
             line_len = 0;
             start = nl + 1;
         }
         line_len += chunk.len() - start;
         since_boundary += chunk.len() - start;
-        let res = if since_boundary > cap {
-            Err(too_large("the event", limit))
+        if since_boundary > cap {
+            failed = true;
+            let mut out = Vec::with_capacity(2);
+            if boundary > 0 {
+                out.push(Ok(chunk.slice(..boundary)));
+            }
+            out.push(Err(too_large("the event", limit)));
+            out
         } else {
-            Ok(chunk)
-        };
-        futures::future::ready(res)
+            vec![Ok(chunk)]
+        }
     })
+    .flat_map(futures::stream::iter)
 }
 
 #[cfg(test)]

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The one command that runs the whole test suite on a fresh machine (Debian, Rust toolchain,
+# Node 20 + npm; Redis optional):
+#   1. makes sure `redis-server` is installed (tests start private servers to stop and restart)
+#      and that a Redis answers on 127.0.0.1:6379 (started here, without persistence, if not);
+#   2. installs the Node test client from its lockfile (`npm ci --prefix tests/node`);
+#   3. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`.
+# Exits with the first failing step's code. A Redis started here is left running.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+REDIS_HOST=127.0.0.1
+REDIS_PORT=6379
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Runs a command as root (sudo only when not root already).
+as_root() {
+  if [[ $(id -u) -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    log "need root to run: $* (no sudo available)"
+    return 1
+  fi
+}
+
+apt_updated=0
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "apt-get not found: install $* by hand"
+    return 1
+  fi
+  if [[ $apt_updated -eq 0 ]]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+# True when something on $REDIS_HOST:$REDIS_PORT answers PING with PONG.
+redis_answers() {
+  if command -v redis-cli >/dev/null 2>&1; then
+    [[ $(timeout 3 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null || true) == PONG ]]
+  else
+    timeout 3 bash -c '
+      exec 3<>"/dev/tcp/$0/$1" || exit 1
+      printf "PING\r\n" >&3
+      IFS= read -r line <&3 || exit 1
+      [[ $line == +PONG* ]]
+    ' "$REDIS_HOST" "$REDIS_PORT" 2>/dev/null
+  fi
+}
+
+# --- Redis -----------------------------------------------------------------------------------
+# The binary is needed even when a Redis already answers: outage tests run private servers.
+if ! command -v redis-server >/dev/null 2>&1; then
+  log "redis-server not found: installing it with apt-get"
+  apt_install redis-server
+fi
+if redis_answers; then
+  log "Redis answers on $REDIS_HOST:$REDIS_PORT"
+else
+  log "starting redis-server on $REDIS_HOST:$REDIS_PORT (no persistence)"
+  redis-server --daemonize yes --bind "$REDIS_HOST" --port "$REDIS_PORT" \
+    --save "" --appendonly no
+  for _ in $(seq 1 100); do
+    redis_answers && break
+    sleep 0.1
+  done
+  if ! redis_answers; then
+    log "redis-server did not answer on $REDIS_HOST:$REDIS_PORT within 10 s"
+    exit 1
+  fi
+  log "Redis is up"
+fi
+
+# --- Node test client ------------------------------------------------------------------------
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  log "node/npm not found: installing them with apt-get (Node 20+ is expected)"
+  apt_install nodejs npm
+fi
+log "node $(node --version); installing tests/node from its lockfile"
+npm ci --prefix tests/node --no-audit --no-fund
+
+# --- Rust tests ------------------------------------------------------------------------------
+# Every test binary runs (--no-fail-fast) and the doc tests run too, so one failure does not
+# hide the others; the exit code is the first failure's.
+status=0
+log "cargo test --all-targets"
+cargo test --all-targets --no-fail-fast || status=$?
+log "cargo test --doc"
+cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
+if [[ $status -eq 0 ]]; then
+  log "all tests passed"
+else
+  log "tests failed (exit code $status)"
+fi
+exit "$status"

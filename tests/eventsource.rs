@@ -1,0 +1,118 @@
+//! A real browser-grade client: the npm `eventsource` package (WHATWG EventSource for Node),
+//! cut mid-stream by a TCP proxy several times, must reconnect by itself with `Last-Event-ID`
+//! and receive every event exactly once, in order (SPEC §4.1, §4.2). The client side lives in
+//! `tests/node/eventsource-resume.mjs`; this test starts the broker and runs it, once per log
+//! backend.
+
+mod common;
+
+use agui_fanout::app::Server;
+use agui_fanout::event::ThreadId;
+use agui_fanout::log::ReadFrom;
+use common::broker;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// Events the script publishes and follows.
+const EVENTS: usize = 500;
+
+fn node_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node")
+}
+
+/// Runs the node script against `server` and asserts it succeeds and the log holds its events;
+/// returns the thread id.
+async fn run_resume_script(server: &Server, tag: &str) -> String {
+    let dir = node_dir();
+    assert!(
+        dir.join("node_modules/eventsource/package.json").exists(),
+        "tests/node/node_modules is missing: run `npm ci --prefix tests/node` first \
+         (scripts/test.sh does it)"
+    );
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id(tag);
+    let child = tokio::process::Command::new("node")
+        .arg(dir.join("eventsource-resume.mjs"))
+        .arg(&base)
+        .arg(&thread)
+        .arg(EVENTS.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `node` (Node.js 20+ is needed): {e}"));
+    let output = tokio::time::timeout(Duration::from_secs(40), child.wait_with_output())
+        .await
+        .expect("eventsource-resume.mjs did not finish within 40 s")
+        .expect("wait for node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "eventsource-resume.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    let summary: serde_json::Value = serde_json::from_str(
+        stdout
+            .lines()
+            .last()
+            .expect("the script prints a JSON summary"),
+    )
+    .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {stdout}"));
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["events"], EVENTS, "{summary}");
+    assert!(
+        summary["connections"].as_u64().unwrap_or(0) >= 3,
+        "at least 2 reconnects: {summary}"
+    );
+
+    // The log holds exactly what was published, once, and the client's last id is its last.
+    let tid = ThreadId::parse(&thread).unwrap();
+    let log = server
+        .state
+        .log
+        .read(&tid, ReadFrom::Start, EVENTS + 10)
+        .await;
+    let log = log.expect("read the log");
+    assert_eq!(log.len(), EVENTS, "events in the log");
+    assert_eq!(
+        summary["lastId"].as_str(),
+        Some(log[EVENTS - 1].id.to_string().as_str()),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["firstId"].as_str(),
+        Some(log[0].id.to_string().as_str()),
+        "{summary}"
+    );
+    thread
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventsource_resumes_through_cuts_memory() {
+    let server = broker::start(|c| c.sse.retry_ms = 100).await;
+    run_resume_script(&server, "es-mem").await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventsource_resumes_through_cuts_redis() {
+    let server = broker::start(|c| {
+        c.sse.retry_ms = 100;
+        c.redis_url = broker::redis_url();
+    })
+    .await;
+    let thread = run_resume_script(&server, "es-redis").await;
+    server.stop().await;
+    // Leave the shared test Redis as it was.
+    let client = redis::Client::open(broker::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("agui:{{{thread}}}:log"))
+        .arg(format!("agui:{{{thread}}}:meta"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
