@@ -2,6 +2,7 @@
 //! SSE client built on a real SSE parser, fixtures, and Redis.
 #![allow(dead_code)]
 
+pub mod agui_client;
 pub mod broker;
 pub mod fixtures;
 pub mod redis_server;
