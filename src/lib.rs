@@ -10,6 +10,7 @@
 //!
 //! - [`http`]: the router: publish, subscribe, health, metrics; JSON errors.
 //! - [`event`]: the AG-UI 1.0 event model and schema validation.
+//! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run status).
 //! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
 //! - [`hub`]: one reader per thread per node, fan-out of encoded frames into queues.
 //! - [`queue`]: the per-connection bounded queue.
@@ -21,6 +22,7 @@
 pub mod app;
 pub mod config;
 pub mod event;
+pub mod fold;
 pub mod http;
 pub mod hub;
 pub mod log;

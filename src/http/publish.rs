@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 /// Most events appended in one round trip by an SSE ingest (what was ready at once).

@@ -1,0 +1,99 @@
+//! Fold throughput: events/s folding the largest recorded producer response, and
+//! `STATE_DELTA`s/s applied to a realistic state (single operation: in place; several: on a
+//! copy, for atomicity), plus the pure `apply_patch` the publish path uses for its 422 check.
+//!
+//! `cargo bench --bench fold`
+
+use agui_fanout::fold::{Fold, apply_patch};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use std::hint::black_box;
+use std::path::Path;
+
+fn recorded(stem: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/agui-recorded/dotnet-getting-started-baselines")
+        .join(format!("{stem}.06.Response.Server.AGUI.verified.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(text.trim_start_matches('\u{feff}')).expect("a JSON array of events")
+}
+
+/// The largest recorded response: 698 events, 3309 characters of streamed text.
+const LARGEST: &str = "Step06_RawEvents/PostRun_ForwardsLlmUsageAsRawEvents#Turn_01";
+/// The recorded response that carries a real `STATE_SNAPSHOT` (a recipe).
+const WITH_STATE: &str =
+    "Step05_StateManagement/PostRun_WithState_EmitsStateSnapshotAndSummary#Turn_01";
+
+fn fold_recorded(c: &mut Criterion) {
+    let events = recorded(LARGEST);
+    let mut group = c.benchmark_group("fold_recorded");
+    group.throughput(Throughput::Elements(events.len() as u64));
+    group.bench_function("largest_response", |b| {
+        b.iter(|| {
+            let mut fold = Fold::new();
+            for event in &events {
+                black_box(fold.apply(event));
+            }
+            fold
+        })
+    });
+    group.finish();
+}
+
+/// Deltas against the recorded recipe state: `n` operations per `STATE_DELTA`, cycling so
+/// the state stays the same size.
+fn deltas(n: usize) -> Vec<Value> {
+    (0..64)
+        .map(|i| {
+            let mut ops = vec![json!({"op": "replace", "path": "/recipe/title", "value": format!("Carbonara {i}")})];
+            if n > 1 {
+                ops.push(json!({"op": "add", "path": "/recipe/ingredients/-", "value": {"name": "pepper", "amount": i}}));
+                ops.push(json!({"op": "remove", "path": "/recipe/ingredients/0"}));
+            }
+            json!({"type": "STATE_DELTA", "delta": ops})
+        })
+        .collect()
+}
+
+fn state_delta(c: &mut Criterion) {
+    let snapshot = recorded(WITH_STATE)
+        .into_iter()
+        .find(|e| e["type"] == "STATE_SNAPSHOT")
+        .expect("a STATE_SNAPSHOT");
+    let state_bytes = serde_json::to_vec(&snapshot["snapshot"]).unwrap().len();
+    let mut group = c.benchmark_group(format!("state_delta_{state_bytes}B_state"));
+    for ops in [1, 3] {
+        let batch = deltas(ops);
+        group.throughput(Throughput::Elements(batch.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("fold_apply", format!("{ops}_ops")),
+            &batch,
+            |b, batch| {
+                let mut fold = Fold::new();
+                fold.apply(&snapshot);
+                b.iter(|| {
+                    for event in batch {
+                        black_box(fold.apply(event));
+                    }
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("apply_patch", format!("{ops}_ops")),
+            &batch,
+            |b, batch| {
+                let state = snapshot["snapshot"].clone();
+                b.iter(|| {
+                    for event in batch {
+                        let ops = event["delta"].as_array().unwrap();
+                        black_box(apply_patch(&state, ops).ok());
+                    }
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, fold_recorded, state_delta);
+criterion_main!(benches);
