@@ -27,6 +27,7 @@ pub mod http;
 pub mod hub;
 pub mod log;
 pub mod metrics;
+pub mod prelude;
 pub mod queue;
 pub mod replay;
 pub mod sse;

@@ -27,8 +27,10 @@
 
 mod messages;
 mod patch;
+mod thread;
 
 pub use patch::{PatchError, apply_patch};
+pub use thread::{Rejection, ThreadFold};
 
 use messages::{Messages, find_tool_call, merge_metadata, tool_call_ids};
 use serde_json::{Map, Value, json};

@@ -1,0 +1,143 @@
+//! A thread's fold together with its order state: what the broker knows about a thread at a
+//! log position, for publish-time order validation (SPEC §2) and for preludes and resets
+//! (SPEC §5). One [`ThreadFold`] per followed thread in the hub, one per thread with recent
+//! publishes in the ingest cache.
+
+use super::{Applied, Fold, PatchError};
+use crate::event::order::{OrderChecker, OrderViolation};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// How many ended runs keep their terminal event, so a reset can finish a client's run with
+/// its real `RUN_FINISHED`/`RUN_ERROR` after later runs started.
+const ENDED_RUNS_KEPT: usize = 32;
+
+/// The fold of a thread's log up to a position, with the `@ag-ui/client` order state.
+///
+/// `Clone` is a deep copy of the fold and a cheap copy of the order state (shared events).
+#[derive(Clone, Debug, Default)]
+pub struct ThreadFold {
+    checker: OrderChecker,
+    fold: Fold,
+    /// `(runId, terminal event)` of recently ended runs, oldest first.
+    ended_runs: VecDeque<(String, Arc<Value>)>,
+    /// Log events that broke the order rules (possible only when producers write to Redis
+    /// directly or `strict_order` is off); they were skipped by the fold.
+    skipped: u64,
+}
+
+/// Why a batch cannot be appended on top of a [`ThreadFold`].
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    /// Event `index` breaks an `@ag-ui/client` order rule (HTTP 409).
+    #[error("event {index}: {violation}")]
+    Order {
+        /// Index in the batch.
+        index: usize,
+        /// The rule broken.
+        violation: OrderViolation,
+    },
+    /// Event `index` is a `STATE_DELTA` whose operation `error.op_index` does not apply to
+    /// the folded state (HTTP 422).
+    #[error("event {index}: {error}")]
+    Patch {
+        /// Index in the batch.
+        index: usize,
+        /// The failing operation.
+        error: PatchError,
+    },
+}
+
+impl ThreadFold {
+    /// The fold of an empty thread.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The reducer's view (state, messages, run).
+    pub fn fold(&self) -> &Fold {
+        &self.fold
+    }
+
+    /// The order state after the last event (open constructs, run status, chunk lanes).
+    pub fn checker(&self) -> &OrderChecker {
+        &self.checker
+    }
+
+    /// Log events skipped because they broke the order rules.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// The terminal event of a recently ended run, by `runId`.
+    pub fn ended_run(&self, run_id: &str) -> Option<&Arc<Value>> {
+        self.ended_runs
+            .iter()
+            .rev()
+            .find(|(id, _)| id == run_id)
+            .map(|(_, e)| e)
+    }
+
+    /// Starts a fresh order state (a new HTTP response to a client: `@ag-ui/client` makes a
+    /// new verifier and chunk transformer per response) while state and messages carry over.
+    pub fn reset_order(&mut self) {
+        self.checker = OrderChecker::new();
+    }
+
+    /// Folds one event read from the log. An event that breaks the order rules is skipped
+    /// (returns `Err`) and leaves everything unchanged, as a client would fail on it.
+    ///
+    /// # Errors
+    /// The order violation, for the caller's log line and metric.
+    pub fn apply_logged(&mut self, event: &Value) -> Result<Vec<Applied>, OrderViolation> {
+        let expanded = match self.checker.check_expanded(event) {
+            Ok(e) => e,
+            Err(v) => {
+                self.skipped += 1;
+                return Err(v);
+            }
+        };
+        let mut out = Vec::with_capacity(expanded.len());
+        for ev in &expanded {
+            out.push(self.fold.apply(ev));
+            self.note_run_end(ev);
+        }
+        Ok(out)
+    }
+
+    fn note_run_end(&mut self, ev: &Value) {
+        let t = ev.get("type").and_then(Value::as_str);
+        if !matches!(t, Some("RUN_FINISHED") | Some("RUN_ERROR")) {
+            return;
+        }
+        if let Some(run_id) = self.fold.run().and_then(|r| r.run_id()).map(str::to_owned) {
+            if self.ended_runs.len() == ENDED_RUNS_KEPT {
+                self.ended_runs.pop_front();
+            }
+            self.ended_runs.push_back((run_id, Arc::new(ev.clone())));
+        }
+    }
+
+    /// Checks a batch against this fold (order rules, then `STATE_DELTA` applicability) and
+    /// returns the fold after it. `self` is not changed.
+    ///
+    /// # Errors
+    /// The first [`Rejection`]; nothing of the batch counts then.
+    pub fn check_batch(&self, events: &[Value]) -> Result<ThreadFold, Rejection> {
+        let mut next = self.clone();
+        for (index, event) in events.iter().enumerate() {
+            let expanded = next
+                .checker
+                .check_expanded(event)
+                .map_err(|violation| Rejection::Order { index, violation })?;
+            for ev in &expanded {
+                if let Applied::StateDelta(Err(error)) = next.fold.apply(ev) {
+                    return Err(Rejection::Patch { index, error });
+                }
+                next.note_run_end(ev);
+            }
+        }
+        Ok(next)
+    }
+}

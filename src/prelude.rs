@@ -1,0 +1,591 @@
+//! Preludes and bridges (SPEC §5): events the broker synthesises so that a client with
+//! nothing (prelude) or with a known, older view (bridge, for a live reset) reaches the
+//! thread's fold at a given event id, in a stream `@ag-ui/client` 1.0 `verifyEvents` accepts
+//! and that folds to the same state and messages (AGUI.md §6 "Prelude recipes").
+//!
+//! Pure functions: the hub calls them under the thread's lock with its [`ThreadFold`] and
+//! encodes the result; only the last event of a prelude or bridge carries an `id:`.
+//!
+//! Recipe (fresh connection):
+//! 1. the current run's original `RUN_STARTED` (`input` included), with
+//!    `metadata: {"agui-fanout": {"prelude": true}}` added to the producer's metadata;
+//! 2. `MESSAGES_SNAPSHOT` of every message (partial text and tool arguments included);
+//! 3. `STATE_SNAPSHOT` of the folded state (when a snapshot or delta ever set it);
+//! 4. one re-opening event per construct still open, in opening order (the original START,
+//!    or for an item being assembled from chunks a content-less chunk that re-opens its lane);
+//! 5. if the run has ended, its original `RUN_FINISHED` and/or `RUN_ERROR`.
+//!
+//! Content already in the snapshot is never streamed again (re-streaming would duplicate
+//! text: the client's reducer appends to a message it already holds).
+
+use crate::event::chunks::LaneKind;
+use crate::event::order::{OpenConstructs, OpenItem, OpenKind, OrderChecker, RunStatus};
+use crate::fold::ThreadFold;
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The metadata key that marks a prelude's `RUN_STARTED`.
+pub const PRELUDE_METADATA_KEY: &str = "agui-fanout";
+
+/// The prelude that brings a client with nothing to `truth` (empty for a thread that never
+/// had a run).
+pub fn prelude(truth: &ThreadFold) -> Vec<Value> {
+    let mut out = Vec::new();
+    let open = truth.checker().open();
+    match open.run() {
+        RunStatus::None => return out,
+        RunStatus::Errored {
+            run_started: None,
+            run_error,
+            ..
+        } => {
+            // A log that opened with RUN_ERROR: nothing can follow it but a RUN_STARTED.
+            out.push((**run_error).clone());
+            return out;
+        }
+        _ => {}
+    }
+    restate_current_run(truth, &HashSet::new(), true, &mut out);
+    out
+}
+
+/// The bridge for a live reset: from what a client was already sent (`client`, the order
+/// state after the last event written to it) to `truth` (SPEC §5 "Reset"):
+/// close what the client has open that is closed in truth, finish the client's run with its
+/// real terminal event if it ended, start the current run if it is another one, restate the
+/// messages and state, re-open what is open in truth but not for the client.
+pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
+    let c_open = client.open();
+    let t_open = truth.checker().open();
+    let mut out = Vec::new();
+    let c_run = run_started(c_open.run());
+    let t_run = run_started(t_open.run());
+    if c_run.is_none() {
+        return prelude_unmarked(truth);
+    }
+    let same_run = c_run == t_run;
+    let client_running = matches!(c_open.run(), RunStatus::Running { .. });
+
+    if same_run && client_running {
+        // Close what is open for the client but no longer open in truth.
+        let t_keys = keys(t_open);
+        close_lanes(client, truth, &mut out);
+        close_items(client, |k| !t_keys.contains(k), &mut out);
+        if !matches!(t_open.run(), RunStatus::Running { .. }) {
+            // The run ended in truth: restate, close everything, finish it.
+            push_messages_snapshot(truth, &mut out);
+            if let Some(s) = state_snapshot(truth) {
+                out.push(s);
+            }
+            close_items(client, |k| t_keys.contains(k), &mut out);
+            push_terminals(t_open.run(), &mut out);
+            return out;
+        }
+        push_messages_snapshot(truth, &mut out);
+        if let Some(s) = state_snapshot(truth) {
+            out.push(s);
+        }
+        let c_keys = keys(c_open);
+        reopen(truth, &c_keys, &mut out);
+        return out;
+    }
+
+    if client_running {
+        // The client's run ended in truth (a later run started): close all it has open and
+        // finish it with its real terminal event.
+        close_lanes(client, truth, &mut out);
+        close_items(client, |_| true, &mut out);
+        let run_id = c_run
+            .and_then(|r| r.get("runId"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match truth.ended_run(run_id) {
+            Some(terminal) => out.push((**terminal).clone()),
+            None => {
+                // Too old to be remembered: a terminal event carrying the run's own ids.
+                let thread_id = c_run
+                    .and_then(|r| r.get("threadId"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                out.push(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}));
+            }
+        }
+    }
+    // The client's run is closed now: start the current run afresh and restate everything.
+    restate_current_run(truth, &HashSet::new(), false, &mut out);
+    out
+}
+
+/// A prelude whose `RUN_STARTED` is not marked (a bridge inside a connection).
+fn prelude_unmarked(truth: &ThreadFold) -> Vec<Value> {
+    let mut out = Vec::new();
+    if matches!(truth.checker().open().run(), RunStatus::None) {
+        return out;
+    }
+    restate_current_run(truth, &HashSet::new(), false, &mut out);
+    out
+}
+
+/// `RUN_STARTED`, snapshots, re-opens, terminals of the current run.
+fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out: &mut Vec<Value>) {
+    let open = truth.checker().open();
+    let Some(started) = run_started(open.run()) else {
+        // Errored without a RUN_STARTED: only its RUN_ERROR can be restated.
+        push_terminals(open.run(), out);
+        return;
+    };
+    let mut rs = (**started).clone();
+    if mark {
+        mark_prelude(&mut rs);
+    }
+    out.push(rs);
+    push_messages_snapshot(truth, out);
+    if let Some(s) = state_snapshot(truth) {
+        out.push(s);
+    }
+    if matches!(open.run(), RunStatus::Running { .. }) {
+        reopen(truth, skip, out);
+    } else {
+        push_terminals(open.run(), out);
+    }
+}
+
+fn run_started(run: &RunStatus) -> Option<&Arc<Value>> {
+    match run {
+        RunStatus::None => None,
+        RunStatus::Running { run_started } | RunStatus::Finished { run_started, .. } => {
+            Some(run_started)
+        }
+        RunStatus::Errored { run_started, .. } => run_started.as_ref(),
+    }
+}
+
+fn push_terminals(run: &RunStatus, out: &mut Vec<Value>) {
+    match run {
+        RunStatus::Finished { run_finished, .. } => out.push((**run_finished).clone()),
+        RunStatus::Errored {
+            run_finished,
+            run_error,
+            ..
+        } => {
+            if let Some(f) = run_finished {
+                out.push((**f).clone());
+            }
+            out.push((**run_error).clone());
+        }
+        RunStatus::None | RunStatus::Running { .. } => {}
+    }
+}
+
+/// Adds `{"agui-fanout": {"prelude": true}}` to the event's metadata (SPEC §5).
+pub fn mark_prelude(run_started: &mut Value) {
+    if let Value::Object(map) = run_started {
+        let meta = map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(PRELUDE_METADATA_KEY.into(), json!({"prelude": true}));
+        }
+    }
+}
+
+/// Whether an event is a prelude's marked `RUN_STARTED`.
+pub fn is_prelude_start(event: &Value) -> bool {
+    event.get("type").and_then(Value::as_str) == Some("RUN_STARTED")
+        && event
+            .pointer(&format!("/metadata/{PRELUDE_METADATA_KEY}/prelude"))
+            .and_then(Value::as_bool)
+            == Some(true)
+}
+
+/// The `MESSAGES_SNAPSHOT`s restating every message, in order.
+///
+/// The client reconciles a snapshot by id: it replaces a message it holds in place and
+/// appends new ones at the end (AGUI.md §6). A client that already holds some messages (a
+/// reconnect, or a live reset) would then get new messages that belong before old ones (a
+/// tool result goes right after its call) at the end, and two messages sharing an id (a real
+/// producer names a tool call's message and its result after the call) folded into one. So a
+/// first snapshot clears the client's list: it carries no message the client keeps, except
+/// one placeholder per role the client only drops when a snapshot carries that role
+/// (`reasoning`, `activity`), and only for roles the full snapshot carries, which then drops
+/// the placeholders again.
+fn push_messages_snapshot(truth: &ThreadFold, out: &mut Vec<Value>) {
+    let messages = truth.fold().messages();
+    if !messages.is_empty() {
+        let has = |role: &str| {
+            messages
+                .iter()
+                .any(|m| m.get("role").and_then(Value::as_str) == Some(role))
+        };
+        let mut clear = Vec::new();
+        if has("reasoning") {
+            clear.push(
+                json!({"id": "agui-fanout:clear:reasoning", "role": "reasoning", "content": ""}),
+            );
+        }
+        if has("activity") {
+            clear.push(json!({"id": "agui-fanout:clear:activity", "role": "activity", "activityType": "agui-fanout.clear", "content": {}}));
+        }
+        out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": clear}));
+    }
+    out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
+}
+
+fn state_snapshot(truth: &ThreadFold) -> Option<Value> {
+    truth
+        .fold()
+        .state_known()
+        .then(|| json!({"type": "STATE_SNAPSHOT", "snapshot": truth.fold().state()}))
+}
+
+/// Identity of an open construct across two order states.
+type Key = (OpenKind, String, Option<String>);
+
+fn key(kind: OpenKind, item: &OpenItem) -> Key {
+    (
+        kind,
+        item.id().to_owned(),
+        item.subagent_run_id().map(str::to_owned),
+    )
+}
+
+fn keys(open: &OpenConstructs) -> HashSet<Key> {
+    open.in_opening_order()
+        .into_iter()
+        .map(|(k, i)| key(k, i))
+        .collect()
+}
+
+/// Closes the client's open chunk lanes with a lane-closing `STATE_SNAPSHOT` of the true state
+/// per lane owner (`transformChunks` then ends the lane's item itself; an explicit END would
+/// reach a message the lane already closed). The snapshot is the truth, which the bridge
+/// restates anyway.
+fn close_lanes(client: &OrderChecker, truth: &ThreadFold, out: &mut Vec<Value>) {
+    let mut owners: Vec<Option<String>> = Vec::new();
+    for lane in client.open_lanes() {
+        if !owners.contains(&lane.owner) {
+            owners.push(lane.owner.clone());
+        }
+    }
+    for owner in owners {
+        let mut e = json!({"type": "STATE_SNAPSHOT", "snapshot": truth.fold().state()});
+        if let (Some(o), Value::Object(m)) = (owner, &mut e) {
+            m.insert("subagentRunId".into(), Value::String(o));
+        }
+        out.push(e);
+    }
+}
+
+/// The open constructs that belong to an open chunk lane (their END comes from the lane).
+fn lane_keys(checker: &OrderChecker) -> HashSet<Key> {
+    checker
+        .open_lanes()
+        .iter()
+        .map(|l| {
+            let kind = match l.kind() {
+                LaneKind::Text => OpenKind::TextMessage,
+                LaneKind::Tool => OpenKind::ToolCall,
+                LaneKind::Reasoning => OpenKind::ReasoningMessage,
+            };
+            (kind, l.id().to_owned(), l.owner.clone())
+        })
+        .collect()
+}
+
+/// Ends the client's open items selected by `pick`, newest first, except those of the
+/// client's open chunk lanes ([`close_lanes`] ends them).
+fn close_items(client: &OrderChecker, pick: impl Fn(&Key) -> bool, out: &mut Vec<Value>) {
+    let lanes = lane_keys(client);
+    let mut items = client.open().in_opening_order();
+    items.reverse();
+    for (kind, item) in items {
+        let k = key(kind, item);
+        if !pick(&k) || lanes.contains(&k) {
+            continue;
+        }
+        let mut end = match kind {
+            OpenKind::TextMessage => json!({"type": "TEXT_MESSAGE_END", "messageId": item.id()}),
+            OpenKind::ToolCall => json!({"type": "TOOL_CALL_END", "toolCallId": item.id()}),
+            OpenKind::ReasoningSpan => json!({"type": "REASONING_END", "messageId": item.id()}),
+            OpenKind::ReasoningMessage => {
+                json!({"type": "REASONING_MESSAGE_END", "messageId": item.id()})
+            }
+            OpenKind::Step => json!({"type": "STEP_FINISHED", "stepName": item.id()}),
+            OpenKind::Subagent => {
+                out.push(json!({"type": "SUBAGENT_FINISHED", "subagentRunId": item.id()}));
+                continue;
+            }
+        };
+        if let (Some(o), Value::Object(m)) = (item.subagent_run_id(), &mut end) {
+            m.insert("subagentRunId".into(), Value::String(o.to_owned()));
+        }
+        out.push(end);
+    }
+}
+
+/// Re-opens what is open in truth and not in `skip`, in opening order: the original START, or
+/// for an item of an open chunk lane, the lane's re-opening chunk.
+fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
+    let lanes = truth.checker().open_lanes();
+    for (kind, item) in truth.checker().open().in_opening_order() {
+        if skip.contains(&key(kind, item)) {
+            continue;
+        }
+        let lane = lanes.iter().find(|l| {
+            l.id() == item.id()
+                && matches!(
+                    (kind, l.kind()),
+                    (OpenKind::TextMessage, crate::event::chunks::LaneKind::Text)
+                        | (OpenKind::ToolCall, crate::event::chunks::LaneKind::Tool)
+                        | (
+                            OpenKind::ReasoningMessage,
+                            crate::event::chunks::LaneKind::Reasoning
+                        )
+                )
+        });
+        match lane {
+            Some(l) => out.push(l.reopening_chunk()),
+            None => out.push(item.start().clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::PathBuf;
+
+    /// Every recorded .NET run, and the runs of one test folder concatenated (several runs on
+    /// one thread).
+    fn recorded_threads() -> Vec<(String, Vec<Value>)> {
+        let root = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/agui-recorded/dotnet-getting-started-baselines"
+        ));
+        let mut out = Vec::new();
+        let mut dirs: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|d| d.unwrap().path())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|f| f.unwrap().path())
+                .filter(|p| {
+                    p.to_string_lossy()
+                        .ends_with("Response.Server.AGUI.verified.json")
+                })
+                .collect();
+            files.sort();
+            let mut all = Vec::new();
+            for f in &files {
+                let text = std::fs::read_to_string(f).unwrap();
+                let events: Vec<Value> =
+                    serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap();
+                out.push((f.display().to_string(), events.clone()));
+                all.extend(events);
+            }
+            if files.len() > 1 {
+                out.push((format!("{} (all turns)", dir.display()), all));
+            }
+        }
+        out
+    }
+
+    /// Hand-made thread with interleaved constructs, a failing delta, reasoning, a step and an
+    /// open subagent, and a second run.
+    fn synthetic() -> Vec<Value> {
+        vec![
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","input":{"threadId":"t","runId":"r1","messages":[{"id":"u1","role":"user","content":"hi"}]}}),
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"n":0}}),
+            json!({"type":"STEP_STARTED","stepName":"plan"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"Hel"}),
+            json!({"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"f","parentMessageId":"m1"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"lo"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"a\":"}),
+            json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/n","value":1}]}),
+            json!({"type":"STATE_DELTA","delta":[{"op":"remove","path":"/missing"}]}),
+            json!({"type":"REASONING_START","messageId":"rs"}),
+            json!({"type":"REASONING_MESSAGE_START","messageId":"rm","role":"reasoning"}),
+            json!({"type":"REASONING_MESSAGE_CONTENT","messageId":"rm","delta":"think"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"1}"}),
+            json!({"type":"SUBAGENT_STARTED","subagentRunId":"s1","name":"helper"}),
+            json!({"type":"TEXT_MESSAGE_CHUNK","messageId":"m2","delta":"chunk","subagentRunId":"s1"}),
+            json!({"type":"TEXT_MESSAGE_CHUNK","delta":"ed","subagentRunId":"s1"}),
+            json!({"type":"REASONING_MESSAGE_END","messageId":"rm"}),
+            json!({"type":"REASONING_END","messageId":"rs"}),
+            json!({"type":"TOOL_CALL_END","toolCallId":"c1"}),
+            json!({"type":"TEXT_MESSAGE_END","messageId":"m1"}),
+            json!({"type":"STATE_DELTA","delta":[{"op":"add","path":"/m","value":[1]}]}),
+            json!({"type":"SUBAGENT_FINISHED","subagentRunId":"s1"}),
+            json!({"type":"STEP_FINISHED","stepName":"plan"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"tr1","toolCallId":"c1","content":"ok"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1","result":{"x":1}}),
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r2"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"m3"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m3","delta":"second"}),
+            json!({"type":"TEXT_MESSAGE_END","messageId":"m3"}),
+            json!({"type":"RUN_ERROR","message":"boom"}),
+        ]
+    }
+
+    fn fold_all(events: &[Value]) -> ThreadFold {
+        let mut f = ThreadFold::new();
+        for (i, e) in events.iter().enumerate() {
+            f.apply_logged(e)
+                .unwrap_or_else(|v| panic!("log event {i} refused: {v}"));
+        }
+        f
+    }
+
+    /// Folds what a client receives, as the client does: a fresh verifier for a new stream;
+    /// panics on an order violation.
+    fn client_fold(name: &str, streams: &[Vec<Value>]) -> (Value, Value) {
+        let mut messages_state = ThreadFold::new();
+        for stream in streams {
+            // A fresh verifier per stream, but messages and state carry over (same agent).
+            messages_state.reset_order();
+            for (i, e) in stream.iter().enumerate() {
+                messages_state
+                    .apply_logged(e)
+                    .unwrap_or_else(|v| panic!("{name}: client refuses event {i} {e}: {v}"));
+            }
+        }
+        (
+            serde_json::to_value(messages_state.fold().messages()).unwrap(),
+            messages_state.fold().state().clone(),
+        )
+    }
+
+    fn truth(events: &[Value]) -> (Value, Value) {
+        let f = fold_all(events);
+        (
+            serde_json::to_value(f.fold().messages()).unwrap(),
+            f.fold().state().clone(),
+        )
+    }
+
+    fn all_threads() -> Vec<(String, Vec<Value>)> {
+        let mut v = recorded_threads();
+        v.push(("synthetic".into(), synthetic()));
+        v
+    }
+
+    #[test]
+    fn prelude_at_every_position_then_live_folds_like_the_log() {
+        for (name, events) in all_threads() {
+            let want = truth(&events);
+            for k in 0..=events.len() {
+                let pre = prelude(&fold_all(&events[..k]));
+                if k > 0 {
+                    assert!(!pre.is_empty(), "{name}@{k}: empty prelude");
+                    assert!(
+                        is_prelude_start(&pre[0]) || pre[0]["type"] == "RUN_ERROR",
+                        "{name}@{k}: {}",
+                        pre[0]
+                    );
+                }
+                let stream: Vec<Value> =
+                    pre.into_iter().chain(events[k..].iter().cloned()).collect();
+                assert_eq!(
+                    client_fold(&format!("{name}@{k}"), &[stream]),
+                    want,
+                    "{name}@{k}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn prelude_on_a_second_connection_of_a_client_with_history_folds_like_the_log() {
+        // A client that folded events[..j] reconnects and gets a prelude at k (its id was
+        // trimmed): its agent keeps its messages, the new response gets a fresh verifier.
+        for (name, events) in all_threads() {
+            let want = truth(&events);
+            let n = events.len();
+            let step = (n / 40).max(1);
+            for j in (1..n).step_by(step) {
+                for k in (j..=n).step_by(step) {
+                    let second: Vec<Value> = prelude(&fold_all(&events[..k]))
+                        .into_iter()
+                        .chain(events[k..].iter().cloned())
+                        .collect();
+                    let streams = [events[..j].to_vec(), second];
+                    assert_eq!(
+                        client_fold(&format!("{name} {j}=>{k}"), &streams),
+                        want,
+                        "{name} {j}=>{k}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bridge_from_every_earlier_position_keeps_the_stream_valid_and_exact() {
+        for (name, events) in all_threads() {
+            let want = truth(&events);
+            let n = events.len();
+            // Pairs (client at j, truth at k), j < k; sampled on long runs.
+            let step = (n / 40).max(1);
+            for j in (1..n).step_by(step) {
+                for k in (j + 1..=n).step_by(step) {
+                    let client = fold_all(&events[..j]);
+                    let truth_k = fold_all(&events[..k]);
+                    let b = bridge(client.checker(), &truth_k);
+                    let stream: Vec<Value> = events[..j]
+                        .iter()
+                        .cloned()
+                        .chain(b)
+                        .chain(events[k..].iter().cloned())
+                        .collect();
+                    assert_eq!(
+                        client_fold(&format!("{name} {j}->{k}"), &[stream]),
+                        want,
+                        "{name} {j}->{k}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prelude_marks_only_its_run_started_and_keeps_producer_metadata() {
+        let events = vec![
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r","metadata":{"k":"v"}}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"m","metadata":{"x":1}}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a"}),
+        ];
+        let pre = prelude(&fold_all(&events));
+        assert_eq!(
+            pre[0]["metadata"],
+            json!({"k":"v","agui-fanout":{"prelude":true}})
+        );
+        assert_eq!(
+            pre.iter()
+                .filter(|e| e
+                    .get("metadata")
+                    .and_then(|m| m.get(PRELUDE_METADATA_KEY))
+                    .is_some())
+                .count(),
+            1
+        );
+        let types: Vec<&str> = pre.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "RUN_STARTED",
+                "MESSAGES_SNAPSHOT",
+                "MESSAGES_SNAPSHOT",
+                "TEXT_MESSAGE_START"
+            ]
+        );
+        assert_eq!(pre[1]["messages"], json!([]));
+        assert_eq!(pre[2]["messages"][0]["content"], "a");
+        assert!(prelude(&ThreadFold::new()).is_empty());
+    }
+}
