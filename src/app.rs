@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::hub::Hub;
+use crate::ingest::Ingest;
 use crate::log::memory::MemoryLog;
 use crate::log::redis::{RedisLog, RedisLogConfig};
 use crate::log::{EventLog, Retention};
@@ -54,6 +55,9 @@ impl Server {
 pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     let retention = Retention {
         max_events: config.retention.max_events,
+        // `0s` disables, like an unset value.
+        max_age: config.retention.max_age.filter(|d| !d.is_zero()),
+        idle_ttl: config.retention.idle_ttl.filter(|d| !d.is_zero()),
     };
     if config.redis_url.is_empty() {
         return Ok(Arc::new(MemoryLog::new(retention)));
@@ -92,9 +96,15 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         hub_stop.clone(),
     );
     let drain_token = CancellationToken::new();
+    let ingest = Ingest::new(
+        log.clone(),
+        config.strict_order,
+        config.retention.max_events,
+    );
     let state = AppState {
         config: Arc::new(config),
         log,
+        ingest,
         hub,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),

@@ -16,6 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",
     "redis_url",
+    "strict_order",
     "sse",
     "queue",
     "limits",
@@ -31,6 +32,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
     pub redis_url: String,
+    /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
+    /// `STATE_DELTA` that does not apply to the thread's state (SPEC §2). Default on.
+    pub strict_order: bool,
     /// SSE stream settings.
     pub sse: SseConfig,
     /// Per-connection queue bounds.
@@ -79,8 +83,17 @@ pub struct LimitsConfig {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Keep about this many newest events per thread (`0`: unbounded).
+    /// Keep about this many newest events per thread (`0`: unbounded); checkpoints trim to
+    /// between `max_events` and `2 * max_events`, with a hard cap of `4 * max_events`.
     pub max_events: usize,
+    /// Drop events older than this, at checkpoint granularity (humantime, e.g. `"24h"`);
+    /// unset or `"0s"`: no age limit.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<Duration>,
+    /// Expire a thread (log, checkpoint, epoch) after this long without an append
+    /// (humantime, default `"7d"`); `"0s"`: never.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub idle_ttl: Option<Duration>,
 }
 
 /// Graceful shutdown (SPEC §9).
@@ -97,6 +110,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redis_url: String::new(),
+            strict_order: true,
             sse: SseConfig::default(),
             queue: QueueConfig::default(),
             limits: LimitsConfig::default(),
@@ -135,7 +149,11 @@ impl Default for LimitsConfig {
 
 impl Default for RetentionConfig {
     fn default() -> Self {
-        RetentionConfig { max_events: 10_000 }
+        RetentionConfig {
+            max_events: 10_000,
+            max_age: None,
+            idle_ttl: Some(Duration::from_secs(7 * 24 * 3600)),
+        }
     }
 }
 
@@ -253,6 +271,32 @@ mod tests {
             Config::default(),
             "config/default.toml documents the defaults"
         );
+    }
+
+    #[test]
+    // figment's `Jail` closure must return figment's own (large) error type.
+    #[allow(clippy::result_large_err)]
+    fn retention_durations_are_humantime_and_optional() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "r.toml",
+                "[retention]\nmax_age = \"90s\"\nidle_ttl = \"0s\"\n",
+            )?;
+            let c = Config::load(Some(Path::new("r.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.retention.max_age, Some(Duration::from_secs(90)));
+            assert_eq!(c.retention.idle_ttl, Some(Duration::ZERO));
+            jail.set_env("AGUI_RETENTION__MAX_AGE", "1h");
+            jail.set_env("AGUI_RETENTION__IDLE_TTL", "2d");
+            let c = Config::load(Some(Path::new("r.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.retention.max_age, Some(Duration::from_secs(3600)));
+            assert_eq!(c.retention.idle_ttl, Some(Duration::from_secs(2 * 86_400)));
+            jail.create_file("empty.toml", "")?;
+            jail.clear_env();
+            let c = Config::load(Some(Path::new("empty.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.retention, RetentionConfig::default());
+            assert_eq!(c.retention.max_age, None);
+            Ok(())
+        });
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod event;
 pub mod fold;
 pub mod http;
 pub mod hub;
+pub mod ingest;
 pub mod log;
 pub mod metrics;
 pub mod prelude;

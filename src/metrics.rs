@@ -18,6 +18,10 @@ pub const DELIVERED: &str = "agui_events_delivered_total";
 pub const REJECTED: &str = "agui_events_rejected_total";
 /// Counter: resumes with `Last-Event-ID`, by `outcome` (exact, epoch, trimmed, ahead, invalid).
 pub const RESUMES: &str = "agui_resumes_total";
+/// Counter: events merged away by coalescing for lagging subscribers, by `type`.
+pub const COALESCED: &str = "agui_events_coalesced_total";
+/// Counter: snapshot-and-resets of lagging subscribers, by `cause` (overflow).
+pub const RESETS: &str = "agui_resets_total";
 /// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity, shutdown).
 pub const DISCONNECTS: &str = "agui_disconnects_total";
 /// Counter: backend operations that failed, by `backend` and `op`.

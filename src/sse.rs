@@ -9,10 +9,12 @@
 //! a comment line as heartbeat when the stream was idle.
 
 use crate::event::EventType;
+use crate::event::order::OrderChecker;
 use crate::log::{EventId, LogEntry};
 use crate::queue::{CloseReason, ConnQueue, Drained, MergeKey};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +34,10 @@ pub struct Frame {
     pub born: Instant,
     /// What coalescing may merge this frame with.
     pub merge: MergeKey,
+    /// The thread's order state after this event (open constructs, run, chunk lanes): what a
+    /// client that received the stream up to here has. Shared by consecutive frames that do
+    /// not change it; `None` for frames encoded without a fold (replay from the log).
+    pub view: Option<Arc<OrderChecker>>,
 }
 
 impl Frame {
@@ -51,7 +57,57 @@ impl Frame {
             data_start: 4 + id_text.len() + 7,
             born,
             merge,
+            view: None,
         }
+    }
+
+    /// Several synthesised events (a prelude or a reset bridge) as one frame: every event is
+    /// its own SSE event, and only the last carries `id` (SPEC §5: a client cut off inside
+    /// resumes from where it was before). `view` is the order state after the last event.
+    /// `events` must not be empty.
+    pub fn synthesised(
+        id: EventId,
+        events: &[Value],
+        born: Instant,
+        view: Option<Arc<OrderChecker>>,
+    ) -> Frame {
+        let mut buf = BytesMut::new();
+        let mut event_type = EventType::Raw;
+        let mut data_start = 0;
+        for (i, ev) in events.iter().enumerate() {
+            // Serialising a `Value` cannot fail (string keys only).
+            let json = serde_json::to_vec(ev).unwrap_or_default();
+            event_type = ev
+                .get("type")
+                .and_then(Value::as_str)
+                .and_then(EventType::parse)
+                .unwrap_or(EventType::Raw);
+            if i + 1 == events.len() {
+                let id_text = id.to_string();
+                buf.put_slice(b"id: ");
+                buf.put_slice(id_text.as_bytes());
+                buf.put_slice(b"\n");
+            }
+            data_start = buf.len() + 6;
+            buf.put_slice(b"data: ");
+            buf.put_slice(&json);
+            buf.put_slice(b"\n\n");
+        }
+        Frame {
+            id,
+            event_type,
+            bytes: buf.freeze(),
+            data_start,
+            born,
+            merge: MergeKey::None,
+            view,
+        }
+    }
+
+    /// Sets the order state after this frame.
+    pub fn with_view(mut self, view: Option<Arc<OrderChecker>>) -> Frame {
+        self.view = view;
+        self
     }
 
     /// Encodes a log entry that is never merged.
@@ -211,6 +267,32 @@ impl WriterState {
 mod tests {
     use super::*;
     use crate::log::{Epoch, StreamPos};
+
+    #[test]
+    fn synthesised_frame_puts_the_id_on_the_last_event_only() {
+        let id = EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::new(0, 9),
+        };
+        let f = Frame::synthesised(
+            id,
+            &[
+                serde_json::json!({"type":"RUN_STARTED","threadId":"t","runId":"r"}),
+                serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":{}}),
+            ],
+            Instant::now(),
+            None,
+        );
+        assert_eq!(
+            &f.bytes[..],
+            &b"data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\nid: 00000001-0-9\ndata: {\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}\n\n"[..]
+        );
+        assert_eq!(
+            f.json(),
+            Some(&br#"{"type":"STATE_SNAPSHOT","snapshot":{}}"#[..])
+        );
+        assert_eq!(f.event_type, EventType::StateSnapshot);
+    }
 
     #[test]
     fn event_frame_is_byte_exact() {

@@ -10,9 +10,9 @@
 //! - (a) [`scenario_live`]: a subscriber connected before publishing reads the whole run; memory
 //!   backend (recorded + conformance streams) and redis backend (recorded streams);
 //! - (b) [`scenario_join_mid_run`]: subscribers that connect, without `Last-Event-ID`, after
-//!   k = 1, 11, 21, … events were published; ignored until connections start with a prelude;
+//!   k = 1, 11, 21, … events were published: each starts with a prelude;
 //! - (c) [`scenario_resume_after_trim`]: a subscriber resumes with an id that retention trimmed
-//!   meanwhile; ignored until unresumable ids get a prelude.
+//!   meanwhile: it gets a prelude (the client's messages and state carry over).
 //!
 //! Needs `node` and `npm ci --prefix tests/node` (scripts/test.sh does it) and, for the redis
 //! pass, the test Redis.
@@ -258,7 +258,6 @@ async fn redis_live_subscriber_folds_like_the_log() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs preludes (issue 3)"]
 async fn memory_join_mid_run_folds_like_the_log() {
     let server = broker::start_memory().await;
     let base = broker::base(server.addr);
@@ -276,7 +275,6 @@ async fn memory_join_mid_run_folds_like_the_log() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs preludes"]
 async fn memory_resume_after_trim_folds_like_the_log() {
     let trimmed = broker::start(|c| c.retention.max_events = TRIM_TO).await;
     let full = broker::start_memory().await;

@@ -25,7 +25,10 @@ async fn publish_subscribe_resume_memory() {
     let resp = sse_client::publish(&base, &thread, &events).await;
     assert_eq!(resp.status(), 200);
     let got = live.take(5, Duration::from_secs(5)).await;
-    assert_eq!(got.iter().map(|r| r.data.clone()).collect::<Vec<_>>(), events);
+    assert_eq!(
+        got.iter().map(|r| r.data.clone()).collect::<Vec<_>>(),
+        events
+    );
     sse_client::assert_strictly_increasing(&got);
 
     let mut resumed = sse_client::subscribe(&base, &thread, "", Some(&got[1].id)).await;

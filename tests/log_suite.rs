@@ -15,9 +15,10 @@ use agui_fanout::event::{ThreadId, ValidEvent, validate_event};
 use agui_fanout::log::memory::MemoryLog;
 use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
 use agui_fanout::log::{
-    Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, Retention,
-    StreamPos, Tail, TailItem,
+    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
+    Retention, StreamPos, Tail, TailItem,
 };
+use bytes::Bytes;
 use common::redis_server::RedisServer;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -34,7 +35,19 @@ fn redis_url() -> String {
     std::env::var("AGUI_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-const UNBOUNDED: Retention = Retention { max_events: 0 };
+const UNBOUNDED: Retention = Retention {
+    max_events: 0,
+    max_age: None,
+    idle_ttl: None,
+};
+
+/// Keep about `max_events` per thread; no age limit, no expiry.
+fn keep(max_events: usize) -> Retention {
+    Retention {
+        max_events,
+        ..UNBOUNDED
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Backend {
@@ -92,6 +105,7 @@ impl Drop for Fixture {
                     let _: Result<(), _> = redis::cmd("DEL")
                         .arg(format!("agui:{{{t}}}:log"))
                         .arg(format!("agui:{{{t}}}:meta"))
+                        .arg(format!("agui:{{{t}}}:ckpt"))
                         .query(&mut conn);
                 }
             }
@@ -254,6 +268,12 @@ both_backends! {
     ping_answers: memory_ping_answers, redis_ping_answers;
     tail_shutdown_ends_it: memory_tail_shutdown_ends_it, redis_tail_shutdown_ends_it;
     append_if_compares_epoch_and_last: memory_append_if_compares_epoch_and_last, redis_append_if_compares_epoch_and_last;
+    checkpoint_pending_then_promoted: memory_checkpoint_pending_then_promoted, redis_checkpoint_pending_then_promoted;
+    checkpoint_rebuilds_fold_under_steady_publishing: memory_checkpoint_rebuilds_fold_under_steady_publishing, redis_checkpoint_rebuilds_fold_under_steady_publishing;
+    checkpoint_safety_cap_without_candidates: memory_checkpoint_safety_cap_without_candidates, redis_checkpoint_safety_cap_without_candidates;
+    max_age_trims_only_to_checkpoint: memory_max_age_trims_only_to_checkpoint, redis_max_age_trims_only_to_checkpoint;
+    max_age_without_checkpoint_trims_nothing: memory_max_age_without_checkpoint_trims_nothing, redis_max_age_without_checkpoint_trims_nothing;
+    idle_ttl_expires_thread: memory_idle_ttl_expires_thread, redis_idle_ttl_expires_thread;
 }
 
 /// Compare-and-append: appends only on the expected head; a stale head gets `Conflict` with
@@ -262,13 +282,16 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
     let log = f.log().await;
     let thread = f.thread();
     let fresh = log.head(&thread).await.unwrap();
-    let ids = log.append_if(&thread, &events(0..3), fresh).await.unwrap();
+    let ids = log
+        .append_if(&thread, &events(0..3), fresh, None)
+        .await
+        .unwrap();
     assert_eq!(ids.len(), 3);
     let head = log.head(&thread).await.unwrap();
     assert_eq!(head.last, ids[2].pos);
 
     // Stale position.
-    match log.append_if(&thread, &events(3..4), fresh).await {
+    match log.append_if(&thread, &events(3..4), fresh, None).await {
         Err(LogError::Conflict(now)) => assert_eq!(now, head),
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -278,7 +301,8 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
         ..head
     };
     assert!(matches!(
-        log.append_if(&thread, &events(3..4), other_epoch).await,
+        log.append_if(&thread, &events(3..4), other_epoch, None)
+            .await,
         Err(LogError::Conflict(_))
     ));
     assert_eq!(log.head(&thread).await.unwrap(), head, "nothing appended");
@@ -287,7 +311,10 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
     let results = futures::future::join_all((0..8).map(|i| {
         let log = log.clone();
         let thread = thread.clone();
-        async move { log.append_if(&thread, &events(10 + i..11 + i), head).await }
+        async move {
+            log.append_if(&thread, &events(10 + i..11 + i), head, None)
+                .await
+        }
     }))
     .await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
@@ -298,6 +325,388 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
     );
     let all = log.read(&thread, ReadFrom::Start, 100).await.unwrap();
     assert_eq!(all.len(), 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retention with checkpoints (SPEC §6)
+
+/// A checkpoint candidate: a JSON array of events that says which event it covers up to.
+fn candidate(upto: usize) -> Bytes {
+    Bytes::from(
+        json!([{"type": "CUSTOM", "name": "checkpoint", "value": {"upto": upto}}]).to_string(),
+    )
+}
+
+/// The `upto` a [`candidate`] was built with.
+fn upto_of(checkpoint: &Checkpoint) -> usize {
+    let v: serde_json::Value = serde_json::from_slice(&checkpoint.events).unwrap();
+    v[0]["value"]["upto"].as_u64().unwrap() as usize
+}
+
+/// Compare-and-append on the current head, with a checkpoint candidate when given.
+async fn append_with(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    evs: &[ValidEvent],
+    candidate: Option<Bytes>,
+) -> Vec<EventId> {
+    let head = log.head(thread).await.unwrap();
+    log.append_if(thread, evs, head, candidate).await.unwrap()
+}
+
+/// Asserts that the retained log is exactly `ids[first..]` and that resuming after `ids[i]`
+/// is `Gap(Trimmed)` for `i < first - 1` and exact from `ids[first - 1]` on (the entry at the
+/// checkpoint, the newest trimmed one, is resumable: nothing after it is gone).
+async fn assert_trimmed_to(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    ids: &[EventId],
+    evs: &[ValidEvent],
+    first: usize,
+) {
+    let retained = log.read(thread, ReadFrom::Start, 10_000).await.unwrap();
+    assert_entries(&retained, &ids[first..], &evs[first..]);
+    let head = log.head(thread).await.unwrap();
+    assert_eq!(head.max_deleted, ids[first - 1].pos, "max_deleted");
+    assert!(!head.complete_from_start());
+    for (i, id) in ids.iter().enumerate() {
+        let read = log.read(thread, ReadFrom::After(*id), 10_000).await;
+        if i + 1 < first {
+            assert!(
+                matches!(read, Err(LogError::Gap(ResumeGap::Trimmed))),
+                "{i}: {read:?}"
+            );
+        } else {
+            assert_entries(&read.unwrap(), &ids[i + 1..], &evs[i + 1..]);
+        }
+    }
+}
+
+/// A candidate is stored as pending (nothing trimmed); the next one promotes it: it becomes
+/// `checkpoint()` and every entry at or before it is trimmed, exactly. `None`, a conflict and
+/// an empty batch change nothing; a tail can follow from the checkpoint exactly.
+async fn checkpoint_pending_then_promoted(f: Fixture) {
+    let log = f.log_with(keep(1000), Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..40);
+    let mut ids = log.append(&thread, &evs[..10]).await.unwrap();
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+
+    // Pending: stored, not returned, nothing trimmed.
+    ids.extend(append_with(&*log, &thread, &evs[10..15], Some(candidate(14))).await);
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+    let head = log.head(&thread).await.unwrap();
+    assert_eq!(head.max_deleted, StreamPos::ZERO);
+    assert!(head.complete_from_start());
+    ids.extend(log.append(&thread, &evs[15..20]).await.unwrap());
+    let all = log.read(&thread, ReadFrom::Start, 100).await.unwrap();
+    assert_entries(&all, &ids, &evs[..20]);
+
+    // A stale head with a candidate: a conflict, nothing changes. An empty batch with a
+    // candidate: nothing changes either.
+    let stale = LogHead {
+        last: ids[3].pos,
+        ..head
+    };
+    assert!(matches!(
+        log.append_if(&thread, &evs[20..25], stale, Some(candidate(99)))
+            .await,
+        Err(LogError::Conflict(_))
+    ));
+    let now = log.head(&thread).await.unwrap();
+    assert!(
+        log.append_if(&thread, &[], now, Some(candidate(98)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+    assert_eq!(log.head(&thread).await.unwrap(), now);
+
+    // The next candidate promotes the pending one (at the last entry of its batch, 14).
+    ids.extend(append_with(&*log, &thread, &evs[20..25], Some(candidate(24))).await);
+    let checkpoint = log.checkpoint(&thread).await.unwrap().expect("promoted");
+    assert_eq!(checkpoint.pos, ids[14].pos);
+    assert_eq!(checkpoint.events, candidate(14), "events byte-equal");
+    assert_trimmed_to(&*log, &thread, &ids, &evs[..25], 15).await;
+
+    // Appends without a candidate leave checkpoints alone.
+    ids.extend(append_with(&*log, &thread, &evs[25..30], None).await);
+    ids.extend(log.append(&thread, &evs[30..32]).await.unwrap());
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), Some(checkpoint));
+    assert_trimmed_to(&*log, &thread, &ids, &evs[..32], 15).await;
+
+    // A tail following from the checkpoint continues exactly.
+    let mut tail = TailHarness::start(&*log);
+    tail.tail.follow(thread.clone(), ids[14].epoch, ids[14].pos);
+    let got = tail
+        .collect(&HashMap::from([(thread.clone(), 17)]), WITHIN)
+        .await;
+    assert_entries(&got[&thread], &ids[15..32], &evs[15..32]);
+
+    // And the next promotion moves both to the newer checkpoint (24).
+    ids.extend(append_with(&*log, &thread, &evs[32..40], Some(candidate(39))).await);
+    let checkpoint = log.checkpoint(&thread).await.unwrap().unwrap();
+    assert_eq!(checkpoint.pos, ids[24].pos);
+    assert_eq!(upto_of(&checkpoint), 24);
+    assert_trimmed_to(&*log, &thread, &ids, &evs, 25).await;
+}
+
+/// The publish path's cadence (a candidate every ~`max_events` events, batches of 7): the log
+/// keeps about `max_events`..`2 * max_events` events, and at every step the checkpoint plus
+/// the entries after it cover the whole thread (its fold can be rebuilt).
+async fn checkpoint_rebuilds_fold_under_steady_publishing(f: Fixture) {
+    const MAX: usize = 20;
+    let log = f.log_with(keep(MAX), Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..400);
+    let mut since_candidate = 0;
+    let mut appended = 0;
+    for batch in evs.chunks(7) {
+        since_candidate += batch.len();
+        appended += batch.len();
+        let c = (since_candidate >= MAX).then(|| {
+            since_candidate = 0;
+            candidate(appended - 1)
+        });
+        append_with(&*log, &thread, batch, c).await;
+
+        let head = log.head(&thread).await.unwrap();
+        let retained = log.read(&thread, ReadFrom::Start, 10_000).await.unwrap();
+        let Some(checkpoint) = log.checkpoint(&thread).await.unwrap() else {
+            assert!(head.complete_from_start());
+            assert_eq!(retained.len(), appended);
+            continue;
+        };
+        assert_eq!(head.max_deleted, checkpoint.pos);
+        let after = log
+            .read(
+                &thread,
+                ReadFrom::After(EventId {
+                    epoch: head.epoch,
+                    pos: checkpoint.pos,
+                }),
+                10_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            after, retained,
+            "everything after the checkpoint is retained"
+        );
+        // Checkpoint (events 0..=upto) + retained entries == the whole thread, in order.
+        let upto = upto_of(&checkpoint);
+        assert_eq!(upto + 1 + retained.len(), appended);
+        for (k, entry) in retained.iter().enumerate() {
+            assert_eq!(entry.json, evs[upto + 1 + k].json);
+        }
+        assert!(
+            retained.len() <= 2 * MAX + 7,
+            "{} retained after {appended}",
+            retained.len()
+        );
+    }
+    let retained = log.read(&thread, ReadFrom::Start, 10_000).await.unwrap();
+    assert!(retained.len() >= MAX, "{}", retained.len());
+}
+
+/// A thread that uses checkpoints but whose producer stops sending candidates is capped at
+/// `4 * max_events` (about, for Redis) instead of `max_events`: a memory safety net that
+/// leaves checkpoint trimming the normal path.
+async fn checkpoint_safety_cap_without_candidates(f: Fixture) {
+    const MAX: usize = 10;
+    let log = f.log_with(keep(MAX), Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..500);
+    let mut ids = append_with(&*log, &thread, &evs[..5], Some(candidate(4))).await;
+    // 30 events: more than `max_events`, less than the safety cap: nothing trimmed.
+    ids.extend(append_in_batches(&*log, &thread, &evs[5..30], &[5]).await);
+    let head = log.head(&thread).await.unwrap();
+    assert!(head.complete_from_start(), "{head:?}");
+    assert_eq!(
+        log.read(&thread, ReadFrom::Start, 1000)
+            .await
+            .unwrap()
+            .len(),
+        30
+    );
+
+    // Never another candidate: the safety cap trims.
+    ids.extend(append_in_batches(&*log, &thread, &evs[30..], &[25]).await);
+    assert_eq!(
+        log.checkpoint(&thread).await.unwrap(),
+        None,
+        "never promoted"
+    );
+    let head = log.head(&thread).await.unwrap();
+    assert!(head.max_deleted > StreamPos::ZERO, "nothing trimmed");
+    let retained = log.read(&thread, ReadFrom::Start, 10_000).await.unwrap();
+    // Redis trims `MAXLEN ~` by whole macro nodes (100 entries).
+    assert!(
+        retained.len() >= 4 * MAX && retained.len() <= 4 * MAX + 125,
+        "{}",
+        retained.len()
+    );
+    let first = ids.len() - retained.len();
+    assert_entries(&retained, &ids[first..], &evs[first..]);
+    for (i, id) in ids.iter().enumerate() {
+        let read = log.read(&thread, ReadFrom::After(*id), 1000).await;
+        if id.pos < head.max_deleted {
+            assert!(
+                matches!(read, Err(LogError::Gap(ResumeGap::Trimmed))),
+                "{i}: {read:?}"
+            );
+        } else {
+            assert_entries(&read.unwrap(), &ids[i + 1..], &evs[i + 1..]);
+        }
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds; fails after [`WITHIN`].
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WITHIN;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `max_age`: once the pending checkpoint is older than `max_age`, an append promotes it and
+/// trims up to it, and no further: the entries after it stay, however old.
+async fn max_age_trims_only_to_checkpoint(f: Fixture) {
+    let retention = Retention {
+        max_age: Some(Duration::from_secs(1)),
+        ..keep(1000)
+    };
+    let log = f.log_with(retention, Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..200);
+    let mut ids = log.append(&thread, &evs[..5]).await.unwrap();
+    ids.extend(append_with(&*log, &thread, &evs[5..8], Some(candidate(7))).await);
+    ids.extend(log.append(&thread, &evs[8..12]).await.unwrap());
+    // The pending checkpoint is younger than `max_age`: nothing happens yet.
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+    assert!(log.head(&thread).await.unwrap().complete_from_start());
+
+    // Appends (without candidates) until one finds the pending checkpoint old enough.
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let n = ids.len();
+        ids.extend(log.append(&thread, &evs[n..n + 1]).await.unwrap());
+        if log.checkpoint(&thread).await.unwrap().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no age promotion");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let checkpoint = log.checkpoint(&thread).await.unwrap().unwrap();
+    assert_eq!(checkpoint.pos, ids[7].pos);
+    assert_eq!(upto_of(&checkpoint), 7);
+    assert_trimmed_to(&*log, &thread, &ids, &evs[..ids.len()], 8).await;
+
+    // Everything retained is now older than `max_age` too, and stays: no newer checkpoint.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let n = ids.len();
+    ids.extend(log.append(&thread, &evs[n..n + 1]).await.unwrap());
+    assert_trimmed_to(&*log, &thread, &ids, &evs[..ids.len()], 8).await;
+}
+
+/// `max_age` without any checkpoint trims nothing (the fold must stay rebuildable).
+async fn max_age_without_checkpoint_trims_nothing(f: Fixture) {
+    let retention = Retention {
+        max_age: Some(Duration::from_millis(100)),
+        ..keep(1000)
+    };
+    let log = f.log_with(retention, Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..6);
+    let mut ids = log.append(&thread, &evs[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ids.extend(log.append(&thread, &evs[5..]).await.unwrap());
+    let head = log.head(&thread).await.unwrap();
+    assert!(head.complete_from_start());
+    assert_entries(
+        &log.read(&thread, ReadFrom::Start, 100).await.unwrap(),
+        &ids,
+        &evs,
+    );
+}
+
+/// `idle_ttl`: a thread without appends for that long expires whole: a new epoch (a tail
+/// following it reports the discontinuity), no checkpoint, no entries; old ids are another
+/// epoch. Appends keep it alive.
+async fn idle_ttl_expires_thread(f: Fixture) {
+    const TTL: Duration = Duration::from_millis(300);
+    let retention = Retention {
+        idle_ttl: Some(TTL),
+        ..keep(1000)
+    };
+    let log = f.log_with(retention, Duration::from_millis(200)).await;
+    let thread = f.thread();
+    let evs = events(0..200);
+    let mut ids = append_with(&*log, &thread, &evs[..5], Some(candidate(4))).await;
+    ids.extend(append_with(&*log, &thread, &evs[5..10], Some(candidate(9))).await);
+    let old = log.head(&thread).await.unwrap();
+    assert!(log.checkpoint(&thread).await.unwrap().is_some());
+    let mut tail = TailHarness::start(&*log);
+    tail.tail.follow(thread.clone(), old.epoch, old.last);
+
+    // Appends more often than the TTL keep the thread alive.
+    let alive_until = Instant::now() + TTL * 3;
+    let mut n = 10;
+    while Instant::now() < alive_until {
+        ids.extend(log.append(&thread, &evs[n..n + 1]).await.unwrap());
+        n += 1;
+        tokio::time::sleep(TTL / 4).await;
+    }
+    let head = log.head(&thread).await.unwrap();
+    assert_eq!(head.epoch, old.epoch, "expired while written to");
+    assert!(log.checkpoint(&thread).await.unwrap().is_some());
+    tail.collect(&HashMap::from([(thread.clone(), n - 10)]), WITHIN)
+        .await;
+
+    eventually("the idle expiry", || {
+        let log = log.clone();
+        let thread = thread.clone();
+        async move { log.head(&thread).await.unwrap().epoch != old.epoch }
+    })
+    .await;
+    let head = log.head(&thread).await.unwrap();
+    assert_eq!(head.last, StreamPos::ZERO);
+    assert_eq!(head.max_deleted, StreamPos::ZERO);
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+    assert!(
+        log.read(&thread, ReadFrom::Start, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let read = log.read(&thread, ReadFrom::After(ids[12]), 10).await;
+    assert!(
+        matches!(read, Err(LogError::Gap(ResumeGap::OtherEpoch))),
+        "{read:?}"
+    );
+    match tail.next(WITHIN).await {
+        TailItem::Discontinuity {
+            thread: t,
+            head: h,
+            reason,
+        } => {
+            assert_eq!(t, thread);
+            assert_eq!(reason, ResumeGap::OtherEpoch);
+            assert_eq!(h.epoch, head.epoch);
+        }
+        other => panic!("expected a discontinuity, got {other:?}"),
+    }
+
+    // The thread comes back under the new epoch, without the old checkpoint.
+    let new = append_with(&*log, &thread, &evs[..2], Some(candidate(1))).await;
+    assert_eq!(new[0].epoch, head.epoch);
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
 }
 
 async fn append_then_read(f: Fixture) {
@@ -482,9 +891,7 @@ async fn gap_other_epoch(f: Fixture) {
 
 async fn gap_trimmed(f: Fixture) {
     // Redis trims `MAXLEN ~` by whole macro nodes (100 entries by default), hence 500 events.
-    let log = f
-        .log_with(Retention { max_events: 10 }, Duration::from_secs(1))
-        .await;
+    let log = f.log_with(keep(10), Duration::from_secs(1)).await;
     let thread = f.thread();
     let evs = events(0..500);
     let ids = append_in_batches(&*log, &thread, &evs, &[25]).await;
@@ -654,9 +1061,7 @@ async fn tail_follow_from_position(f: Fixture) {
 
 /// Follows that cannot continue exactly get a discontinuity at the head, then live entries.
 async fn tail_follow_gaps(f: Fixture) {
-    let log = f
-        .log_with(Retention { max_events: 10 }, Duration::from_secs(1))
-        .await;
+    let log = f.log_with(keep(10), Duration::from_secs(1)).await;
     let mut tail = TailHarness::start(&*log);
 
     let other = f.thread();
@@ -797,6 +1202,141 @@ async fn redis_entry_format() {
         .unwrap();
     assert_eq!(epoch, ids[0].epoch.to_string());
     assert_eq!(epoch.len(), 8);
+}
+
+fn ckpt_key(thread: &ThreadId) -> String {
+    format!("agui:{{{thread}}}:ckpt")
+}
+
+async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(conn)
+        .await
+        .unwrap()
+        == 1
+}
+
+/// The documented checkpoint hash: `pos`, `events`, `ord` (promoted) and `next_pos`,
+/// `next_events`, `next_ord` (pending); `ord` is the stream's `entries-added` at `pos`.
+#[tokio::test]
+async fn redis_checkpoint_key_format() {
+    let f = Fixture::new(Backend::Redis);
+    let log = f.log_with(keep(1000), Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let mut ids = log.append(&thread, &events(0..3)).await.unwrap();
+    ids.extend(append_with(&*log, &thread, &events(3..5), Some(candidate(4))).await);
+    // The entry after the checkpoint in a later millisecond: `max_deleted` is still exactly
+    // the checkpoint (the trimmed-entry bound from `recorded-first-entry-id` alone would be
+    // `<ms - 1>-<u64::MAX>`, making a resume from the checkpoint look trimmed).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ids.extend(append_with(&*log, &thread, &events(5..9), Some(candidate(8))).await);
+    assert!(ids[5].pos.ms > ids[4].pos.ms);
+    assert_eq!(log.head(&thread).await.unwrap().max_deleted, ids[4].pos);
+    let mut conn = redis_conn(&redis_url()).await;
+    let hash: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
+        .arg(ckpt_key(&thread))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let field = |k: &str| String::from_utf8(hash[k].clone()).unwrap();
+    assert_eq!(hash.len(), 6, "{:?}", hash.keys());
+    assert_eq!(field("pos"), ids[4].pos.to_string());
+    assert_eq!(hash["events"], candidate(4).to_vec());
+    assert_eq!(field("ord"), "5");
+    assert_eq!(field("next_pos"), ids[8].pos.to_string());
+    assert_eq!(hash["next_events"], candidate(8).to_vec());
+    assert_eq!(field("next_ord"), "9");
+    let len: i64 = redis::cmd("XLEN")
+        .arg(stream_key(&thread))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        len, 4,
+        "XTRIM MINID removed exactly the entries up to the checkpoint"
+    );
+}
+
+/// Whenever the broker creates a new epoch, the checkpoint hash goes with the old one: after
+/// the stream alone was lost, and after the meta hash alone was lost.
+#[tokio::test]
+async fn redis_new_epoch_deletes_checkpoint() {
+    let f = Fixture::new(Backend::Redis);
+    let log = f.log_with(keep(1000), Duration::from_secs(1)).await;
+    let mut conn = redis_conn(&redis_url()).await;
+    for lost in ["stream", "meta"] {
+        let thread = f.thread();
+        append_with(&*log, &thread, &events(0..3), Some(candidate(2))).await;
+        append_with(&*log, &thread, &events(3..6), Some(candidate(5))).await;
+        let old = log.head(&thread).await.unwrap();
+        assert!(log.checkpoint(&thread).await.unwrap().is_some());
+        let key = match lost {
+            "stream" => stream_key(&thread),
+            _ => meta_key(&thread),
+        };
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // Any script that looks at the thread notices; `checkpoint()` is one of them.
+        assert_eq!(log.checkpoint(&thread).await.unwrap(), None, "{lost}");
+        assert!(!exists(&mut conn, &ckpt_key(&thread)).await, "{lost}");
+        let head = log.head(&thread).await.unwrap();
+        assert_ne!(head.epoch, old.epoch, "{lost}");
+        // New candidates start over: pending first, promoted by the next.
+        append_with(&*log, &thread, &events(6..7), Some(candidate(6))).await;
+        assert_eq!(log.checkpoint(&thread).await.unwrap(), None, "{lost}");
+    }
+}
+
+/// `idle_ttl` is a `PEXPIRE` of every key of the thread, renewed by each append.
+#[tokio::test]
+async fn redis_idle_ttl_pexpires_every_key() {
+    let f = Fixture::new(Backend::Redis);
+    let ttl = Duration::from_secs(60);
+    let retention = Retention {
+        idle_ttl: Some(ttl),
+        ..keep(1000)
+    };
+    let log = f.log_with(retention, Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let mut conn = redis_conn(&redis_url()).await;
+    append_with(&*log, &thread, &events(0..2), Some(candidate(1))).await;
+    for key in [stream_key(&thread), meta_key(&thread), ckpt_key(&thread)] {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 50_000 && pttl <= 60_000, "{key}: {pttl}");
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    log.append(&thread, &events(2..3)).await.unwrap();
+    for key in [stream_key(&thread), meta_key(&thread), ckpt_key(&thread)] {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 50_000, "{key} not renewed: {pttl}");
+    }
+    // Without `idle_ttl` the broker leaves TTLs alone.
+    let keep_forever = f.log_with(keep(1000), Duration::from_secs(1)).await;
+    let other = f.thread();
+    keep_forever.append(&other, &events(0..1)).await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(stream_key(&other))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pttl, -1);
 }
 
 /// Keys lost (a flush, a failover without the data): a new epoch, old ids are another epoch,

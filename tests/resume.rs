@@ -298,7 +298,7 @@ enum BadId {
 }
 
 impl BadId {
-    /// A word the explaining comment must contain, and the `agui_resumes_total` outcome.
+    /// A word the explaining comment must contain, and the `agui_resets_total` cause.
     fn expect(self) -> (&'static str, &'static str) {
         match self {
             BadId::OtherEpoch => ("epoch", "epoch"),
@@ -330,8 +330,7 @@ async fn unresumable_case(base: &str, case: BadId) {
         BadId::Trimmed => (Some(first), String::new()),
     };
     let (word, outcome) = case.expect();
-    let counted_before =
-        sse_client::metric(base, "agui_resumes_total", &[("outcome", outcome)]).await;
+    let counted_before = sse_client::metric(base, "agui_resets_total", &[("cause", outcome)]).await;
 
     let mut raw = sse_client::open_raw(base, &thread, &query, header.as_deref()).await;
     assert_eq!(raw.status, 200, "{case:?}: a bad resume id is never a 4xx");
@@ -408,11 +407,10 @@ async fn unresumable_case(base: &str, case: BadId) {
     }
     drop(raw);
 
-    let counted_after =
-        sse_client::metric(base, "agui_resumes_total", &[("outcome", outcome)]).await;
+    let counted_after = sse_client::metric(base, "agui_resets_total", &[("cause", outcome)]).await;
     assert!(
         counted_after > counted_before,
-        "{case:?}: agui_resumes_total{{outcome=\"{outcome}\"}} did not increase ({counted_before} -> {counted_after})"
+        "{case:?}: agui_resets_total{{cause=\"{outcome}\"}} did not increase ({counted_before} -> {counted_after})"
     );
 }
 

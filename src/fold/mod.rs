@@ -25,10 +25,12 @@
 //! Layout: `patch.rs` is JSON Patch with `fast-json-patch` semantics ([`apply_patch`]),
 //! `messages.rs` the message list and its lookups, this file the reducer.
 
+mod load;
 mod messages;
 mod patch;
 mod thread;
 
+pub use load::load_fold;
 pub use patch::{PatchError, apply_patch};
 pub use thread::{Rejection, ThreadFold};
 

@@ -1,5 +1,7 @@
 //! JSON errors with the SPEC §2 status codes.
 
+use crate::fold::Rejection;
+use crate::ingest::IngestError;
 use crate::log::LogError;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -68,6 +70,14 @@ impl ApiError {
         self
     }
 
+    /// Shifts the batch index by `n` (an SSE ingest's batches are numbered from its start).
+    pub fn offset_index(mut self, n: usize) -> Self {
+        if let Some(i) = self.0.index.as_mut() {
+            *i += n;
+        }
+        self
+    }
+
     /// Adds a member to the error object.
     pub fn with(mut self, key: &str, value: Value) -> Self {
         self.0.extra.insert(key.to_string(), value);
@@ -108,6 +118,32 @@ impl From<LogError> for ApiError {
                 "the thread's log kept moving under concurrent appends; retry",
             )
             .retry_after(1),
+        }
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::Log(e) => e.into(),
+            IngestError::Rejected(Rejection::Order { index, violation }) => ApiError::new(
+                StatusCode::CONFLICT,
+                "order_violation",
+                violation.message.clone(),
+            )
+            .at(index)
+            .with("rule", json!(violation.rule)),
+            IngestError::Rejected(Rejection::Patch { index, error }) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "state_delta_not_applicable",
+                format!(
+                    "operation {} of the patch does not apply to the thread's state: {}",
+                    error.op_index, error.message
+                ),
+            )
+            .at(index)
+            .field(Some(format!("delta[{}]", error.op_index)))
+            .with("operation", json!(error.op_index)),
         }
     }
 }

@@ -7,12 +7,14 @@
 mod error;
 mod ops;
 mod publish;
+mod snapshot;
 mod subscribe;
 
 pub use error::ApiError;
 
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::ingest::Ingest;
 use crate::log::EventLog;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -27,8 +29,10 @@ use tokio_util::sync::CancellationToken;
 pub struct AppState {
     /// Validated configuration.
     pub config: Arc<Config>,
-    /// The log backend (publish appends here).
+    /// The log backend (readiness, and reads).
     pub log: Arc<dyn EventLog>,
+    /// The publish pipeline: order checks, then compare-and-append to the log.
+    pub ingest: Ingest,
     /// The fan-out hub (subscribe registers here).
     pub hub: Hub,
     /// Prometheus exporter handle rendered by `/metrics`.
@@ -46,6 +50,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/threads/{thread_id}/events",
             get(subscribe::subscribe).post(publish::publish),
         )
+        .route("/v1/threads/{thread_id}/snapshot", get(snapshot::snapshot))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

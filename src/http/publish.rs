@@ -99,7 +99,7 @@ async fn publish_inner(
     if events.is_empty() {
         return Err(ApiError::invalid_event("the body holds no event", None));
     }
-    let ids = state.log.append(&thread, &events).await?;
+    let ids = state.ingest.append(&thread, &events).await?;
     count_published(&events);
     Ok(Json(reply(ids.len(), ids.first(), ids.last())))
 }
@@ -269,14 +269,21 @@ async fn ingest_sse(
             }
         }
         if !batch.is_empty() {
-            match state.log.append(thread, &batch).await {
+            match state.ingest.append(thread, &batch).await {
                 Ok(ids) => {
                     count_published(&batch);
                     appended += ids.len();
                     first = first.or(ids.first().copied());
                     last = ids.last().copied().or(last);
                 }
-                Err(e) => return Err(fail(e.into(), appended, last)),
+                Err(e) => {
+                    // The index of an order rejection counts from the start of the ingest.
+                    return Err(fail(
+                        ApiError::from(e).offset_index(appended),
+                        appended,
+                        last,
+                    ));
+                }
             }
         }
         if let Some(e) = error {

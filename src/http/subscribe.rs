@@ -53,8 +53,9 @@ pub async fn subscribe(
             Ok(id) => Start::After(id),
             Err(_) => {
                 // Never a 4xx for a bad id: a native EventSource would not retry (SPEC §4.3).
-                tracing::info!(%thread, id = %raw, "malformed Last-Event-ID; starting at the head");
-                metrics::counter!(m::RESUMES, "outcome" => "invalid").increment(1);
+                tracing::info!(%thread, id = %raw, "malformed Last-Event-ID; prelude at the head");
+                metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
+                metrics::counter!(m::RESETS, "cause" => "invalid").increment(1);
                 prefix.push(sse::encode_comment(
                     "agui-fanout: malformed Last-Event-ID, starting at the head",
                 ));
@@ -89,8 +90,9 @@ pub async fn subscribe(
             metrics::counter!(m::RESUMES, "outcome" => "exact").increment(1);
         }
         (_, Outcome::Unresumable(gap)) => {
-            tracing::warn!(%thread, reason = gap.as_str(), "Last-Event-ID cannot be resumed exactly; starting at the head");
-            metrics::counter!(m::RESUMES, "outcome" => gap.as_str()).increment(1);
+            tracing::info!(%thread, reason = gap.as_str(), "Last-Event-ID cannot be resumed exactly; prelude at the head");
+            metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
+            metrics::counter!(m::RESETS, "cause" => gap.as_str()).increment(1);
             prefix.push(sse::encode_comment(&format!(
                 "agui-fanout: Last-Event-ID not resumable ({}), starting at the head",
                 gap.as_str()
@@ -102,6 +104,16 @@ pub async fn subscribe(
             ));
         }
         _ => {}
+    }
+    if !sub.fold_known && sub.prelude.is_none() && start != Start::FromStart {
+        // Without a fold (log trimmed and no checkpoint) the stream can only start live.
+        tracing::warn!(%thread, "the thread's fold cannot be rebuilt; stream starts live without a prelude");
+        prefix.push(sse::encode_comment(
+            "agui-fanout: no snapshot available, starting live",
+        ));
+    }
+    if let Some(prelude) = sub.prelude {
+        prefix.push(prelude.bytes);
     }
     let body = sse::body(sub.queue, prefix, settings, Box::new(sub.guard));
     Ok(sse_response(Body::from_stream(body)))

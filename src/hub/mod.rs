@@ -5,21 +5,36 @@
 //! log's node-wide [`Tail`] while it has local subscribers (SPEC §7: a node reads a thread's
 //! log once, however many subscribers follow it).
 //!
+//! The hub also folds every event it fans out (once per node) into the thread's
+//! [`ThreadFold`], so that it can start a client anywhere with a prelude and reset a lagging
+//! one with a bridge (SPEC §5).
+//!
 //! Exact resume (SPEC §4.2): a subscriber is registered under the thread's lock together with
 //! the hub's cursor `c` (the last position fanned out). Everything after `c` reaches its live
 //! lane; its replay task reads `(after, c]` from the log into the replay lane. The queue skips
 //! anything at or before the last position written, so the hand-over has no gap and no
 //! duplicate, whatever producers do meanwhile.
+//!
+//! A new connection, or a `Last-Event-ID` that cannot be resumed exactly, gets a prelude of
+//! the fold at `c`, built under the same lock (SPEC §4.3, §4.4).
+//!
+//! Slow subscribers (SPEC §5): a live push that does not fit is coalesced in the queue; if it
+//! still does not fit, the queue is reset to a bridge from what the client was last given to
+//! the fold at the newest id.
 
-use crate::event::ThreadId;
+use crate::event::order::OrderChecker;
+use crate::event::{EventType, ThreadId};
+use crate::fold::{Applied, ThreadFold, load_fold};
 use crate::log::{
-    EventId, EventLog, LogError, LogHead, ReadFrom, ResumeGap, StreamPos, Tail, TailItem,
+    EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, StreamPos, Tail, TailItem,
 };
 use crate::metrics as m;
-use crate::queue::{CloseReason, ConnQueue, QueueLimits};
+use crate::prelude;
+use crate::queue::{CloseReason, ConnQueue, MergeKey, QueueLimits};
 use crate::sse::Frame;
 use dashmap::DashMap;
 use parking_lot::Mutex;
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -48,10 +63,10 @@ pub enum Start {
 pub enum Outcome {
     /// As asked.
     Exact,
-    /// The id could not be resumed exactly; the stream starts live at the head.
-    /// (A later version sends a prelude instead.)
+    /// The id could not be resumed exactly; the stream starts with a prelude at the head
+    /// (or, when the thread's fold cannot be rebuilt, live at the head).
     Unresumable(ResumeGap),
-    /// `?from=start` on a trimmed log; the stream starts live at the head.
+    /// `?from=start` on a trimmed log; the stream starts with a prelude at the head.
     StartTrimmed,
 }
 
@@ -61,6 +76,10 @@ pub struct Subscription {
     pub queue: Arc<ConnQueue>,
     /// How the subscription started.
     pub outcome: Outcome,
+    /// Events the stream starts with (a prelude), already encoded; empty when there is none.
+    pub prelude: Option<Frame>,
+    /// Whether the thread's fold was known: without it no prelude could be built.
+    pub fold_known: bool,
     /// Unregisters on drop; keep it alive as long as the stream.
     pub guard: SubscriptionGuard,
 }
@@ -106,6 +125,10 @@ struct ThreadState {
     head: Option<LogHead>,
     /// Last position fanned out (every later event reaches registered subscribers).
     cursor: StreamPos,
+    /// The fold at `cursor`; `None` when it cannot be rebuilt (trimmed without checkpoint).
+    fold: Option<ThreadFold>,
+    /// The fold's order state at `cursor`, shared with the frames that do not change it.
+    view: Option<Arc<OrderChecker>>,
     subscribers: Vec<(u64, Arc<ConnQueue>)>,
     /// Taken out of the hub's map (its last subscriber left); never reused.
     removed: bool,
@@ -153,10 +176,12 @@ impl Hub {
         let th = self.thread_hub(thread);
         th.started
             .get_or_try_init(|| async {
-                let head = self.shared.log.head(thread).await?;
+                let (head, fold) = load_fold(&*self.shared.log, thread).await?;
                 let mut st = th.state.lock();
                 st.head = Some(head);
                 st.cursor = head.last;
+                st.view = fold.as_ref().map(|f| Arc::new(f.checker().clone()));
+                st.fold = fold;
                 self.shared
                     .tail
                     .follow(thread.clone(), head.epoch, head.last);
@@ -206,22 +231,37 @@ impl Hub {
                     Some(ReadFrom::After(id)) => id.pos,
                     _ => StreamPos::ZERO,
                 };
-                // Live subscribers start at the hub's cursor; everything at or before it is old.
-                let writer_after = if replay_from.is_some() {
-                    after
+                // Other subscribers start at the hub's cursor with a prelude of the fold there;
+                // everything at or before it is old.
+                let (writer_after, prelude, view) = if replay_from.is_some() {
+                    (after, None, None)
                 } else {
-                    st.cursor
+                    let prelude = match (&st.fold, st.head) {
+                        (Some(fold), Some(head)) => {
+                            let events = prelude::prelude(fold);
+                            (!events.is_empty()).then(|| {
+                                let id = EventId {
+                                    epoch: head.epoch,
+                                    pos: st.cursor,
+                                };
+                                Frame::synthesised(id, &events, Instant::now(), st.view.clone())
+                            })
+                        }
+                        _ => None,
+                    };
+                    (st.cursor, prelude, st.view.clone())
                 };
                 let queue = Arc::new(ConnQueue::new(
                     self.shared.limits,
                     writer_after,
                     replay_from.is_some(),
+                    view,
                 ));
                 st.subscribers.push((key, queue.clone()));
-                Some((queue, st.cursor))
+                Some((queue, st.cursor, prelude, st.fold.is_some()))
             }
         };
-        let Some((queue, replay_until)) = registered else {
+        let Some((queue, replay_until, prelude, fold_known)) = registered else {
             // The last subscriber left between our lookup and now, and this thread hub is no
             // longer the followed one: start over with a fresh one.
             return Box::pin(self.subscribe(thread, start)).await;
@@ -240,6 +280,8 @@ impl Hub {
         Ok(Subscription {
             queue,
             outcome,
+            prelude,
+            fold_known,
             guard: SubscriptionGuard {
                 hub: self.clone(),
                 thread: thread.clone(),
@@ -262,6 +304,8 @@ impl Hub {
                     state: Mutex::new(ThreadState {
                         head: None,
                         cursor: StreamPos::ZERO,
+                        fold: None,
+                        view: None,
                         subscribers: Vec::new(),
                         removed: false,
                     }),
@@ -305,7 +349,15 @@ impl Hub {
                     reason,
                 } => {
                     tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, "log discontinuity under the tail; disconnecting the thread's subscribers");
-                    if let Some(th) = self.shared.threads.get(&thread).map(|t| t.clone()) {
+                    // The fold no longer stands for the log: drop the thread hub (the next
+                    // subscriber rebuilds it) and end its streams; clients come back with
+                    // their last id and get a prelude.
+                    let removed = self.shared.threads.remove_if(&thread, |_, th| {
+                        th.state.lock().removed = true;
+                        self.shared.tail.unfollow(&thread);
+                        true
+                    });
+                    if let Some((_, th)) = removed {
                         let mut st = th.state.lock();
                         st.head = Some(head);
                         st.cursor = head.last;
@@ -319,37 +371,72 @@ impl Hub {
         }
     }
 
-    fn fan_out(&self, thread: &ThreadId, entries: &[crate::log::LogEntry]) {
+    fn fan_out(&self, thread: &ThreadId, entries: &[LogEntry]) {
         let Some(th) = self.shared.threads.get(thread).map(|t| t.clone()) else {
             return;
         };
+        // Parse outside the lock (once per event per node).
+        let values: Vec<Option<Value>> = entries
+            .iter()
+            .map(|e| serde_json::from_slice(&e.json).ok())
+            .collect();
         let born = Instant::now();
         let mut st = th.state.lock();
         let cursor = st.cursor;
-        // Encode once per node; the tail may repeat entries after a re-follow, skip those.
-        let frames: Vec<Frame> = entries
-            .iter()
-            .filter(|e| e.id.pos > cursor)
-            .map(|e| Frame::encode(e, born))
-            .collect();
-        let Some(last) = frames.last() else { return };
-        st.cursor = last.id.pos;
-        if let Some(head) = st.head.as_mut() {
-            head.last = last.id.pos;
-        }
-        let mut overflowed = 0u64;
-        st.subscribers.retain(|(_, q)| match q.push_live(&frames) {
-            Ok(()) => true,
-            Err(_) => {
-                q.close(CloseReason::Overflow);
-                overflowed += 1;
-                false
+        let mut frames: Vec<Frame> = Vec::with_capacity(entries.len());
+        for (e, v) in entries.iter().zip(&values) {
+            // The tail may repeat entries after a re-follow: skip those.
+            if e.id.pos <= cursor {
+                continue;
             }
+            let merge = match v {
+                Some(v) => fold_event(&mut st, thread, e.event_type, v),
+                None => MergeKey::None,
+            };
+            frames.push(
+                Frame::new(e.id, e.event_type, &e.json, born, merge).with_view(st.view.clone()),
+            );
+        }
+        let Some(last) = frames.last() else { return };
+        let last_id = last.id;
+        st.cursor = last_id.pos;
+        if let Some(head) = st.head.as_mut() {
+            head.last = last_id.pos;
+        }
+        let (mut resets, mut overflowed) = (0u64, 0u64);
+        let ThreadState {
+            subscribers,
+            fold,
+            view,
+            ..
+        } = &mut *st;
+        subscribers.retain(|(_, q)| {
+            if q.push_live(&frames).is_ok() {
+                return true;
+            }
+            // Still full after coalescing: snapshot-and-reset from what this client has.
+            // (Rare, so each reset builds its own bridge: clients' views differ.)
+            if let (Some(fold), Some(client)) = (fold.as_ref(), q.client_view()) {
+                let events = prelude::bridge(&client, fold);
+                if !events.is_empty()
+                    && q.reset(Frame::synthesised(last_id, &events, born, view.clone()))
+                {
+                    resets += 1;
+                    return true;
+                }
+            }
+            q.close(CloseReason::Overflow);
+            overflowed += 1;
+            false
         });
-        let receivers = st.subscribers.len() as u64;
+        let receivers = subscribers.len() as u64;
         drop(st);
+        if resets > 0 {
+            tracing::debug!(%thread, resets, "slow subscribers reset to a snapshot");
+            metrics::counter!(m::RESETS, "cause" => "overflow").increment(resets);
+        }
         if overflowed > 0 {
-            tracing::info!(%thread, overflowed, "slow subscribers disconnected (queue full)");
+            tracing::info!(%thread, overflowed, "slow subscribers disconnected (queue full, no bridge possible)");
             metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Overflow.as_str())
                 .increment(overflowed);
         }
@@ -360,6 +447,76 @@ impl Hub {
             }
         }
     }
+
+    /// The thread's fold as `{"lastEventId","state","messages","run"}` (SPEC §2 snapshot), from
+    /// the hub's fold when the thread is followed here, else rebuilt from the log.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`]; `Ok(None)` when the fold cannot be rebuilt (trimmed log
+    /// without a checkpoint).
+    pub async fn snapshot(&self, thread: &ThreadId) -> Result<Option<Value>, LogError> {
+        if let Some(th) = self.shared.threads.get(thread).map(|t| t.clone())
+            && th.started.initialized()
+        {
+            let st = th.state.lock();
+            if let (Some(fold), Some(head)) = (&st.fold, st.head) {
+                return Ok(Some(snapshot_json(fold, head.epoch, st.cursor)));
+            }
+        }
+        let (head, fold) = load_fold(&*self.shared.log, thread).await?;
+        Ok(fold.map(|f| snapshot_json(&f, head.epoch, head.last)))
+    }
+}
+
+fn snapshot_json(fold: &ThreadFold, epoch: crate::log::Epoch, pos: StreamPos) -> Value {
+    let last = (pos != StreamPos::ZERO).then(|| EventId { epoch, pos }.to_string());
+    serde_json::json!({
+        "lastEventId": last,
+        "state": fold.fold().state(),
+        "messages": fold.fold().messages(),
+        "run": fold.fold().run().map(|r| r.to_json()),
+    })
+}
+
+/// Event types that never change the order state (open constructs, run, owners): frames of
+/// these share the previous view unless a chunk lane is open (any event may close a lane).
+fn keeps_view(t: EventType) -> bool {
+    matches!(
+        t,
+        EventType::TextMessageContent
+            | EventType::ToolCallArgs
+            | EventType::ReasoningMessageContent
+            | EventType::StateDelta
+            | EventType::StateSnapshot
+            | EventType::Raw
+            | EventType::Custom
+    )
+}
+
+/// Folds one event into the thread's fold (when known) and returns its merge key; updates the
+/// shared view when the event changed the order state.
+fn fold_event(st: &mut ThreadState, thread: &ThreadId, t: EventType, v: &Value) -> MergeKey {
+    let Some(fold) = st.fold.as_mut() else {
+        return MergeKey::of(t, v, false, None);
+    };
+    let lanes_before = !fold.checker().open_lanes().is_empty();
+    let (clean, state_after) = match fold.apply_logged(v) {
+        Ok(applied) => {
+            let failed = applied
+                .iter()
+                .any(|a| matches!(a, Applied::StateDelta(Err(_))));
+            let state = failed.then(|| Arc::new(fold.fold().state().clone()));
+            (!failed, state)
+        }
+        Err(violation) => {
+            tracing::warn!(%thread, rule = violation.rule, "log event breaks the AG-UI order rules; not folded");
+            (false, Some(Arc::new(fold.fold().state().clone())))
+        }
+    };
+    if !keeps_view(t) || lanes_before || !fold.checker().open_lanes().is_empty() {
+        st.view = Some(Arc::new(fold.checker().clone()));
+    }
+    MergeKey::of(t, v, clean, state_after)
 }
 
 /// Reads `(from, until]` from the log into the queue's replay lane, then hands over to live.

@@ -1,26 +1,46 @@
 //! The `memory` log backend: the embedded default, so `cargo run` serves with nothing else
 //! installed. One node only; everything is lost on restart (each thread then gets a new
 //! epoch, so old ids are never mistaken for new positions).
+//!
+//! Retention (SPEC §6, [`Retention`]) has the Redis backend's semantics: checkpoint
+//! candidates become pending, the next one promotes the pending checkpoint and trims every
+//! entry at or before it; the count cap is `max_events`, or `4 * max_events` once the thread
+//! uses checkpoints (trimming here is exact, where Redis' `MAXLEN ~` is approximate);
+//! `max_age` promotes a pending checkpoint whose last entry was appended more than `max_age`
+//! ago (an [`Instant`] stored with it). Idle threads (`idle_ttl` since their last append)
+//! expire two ways: lazily, when the thread is next touched (it comes back empty under a new
+//! epoch, and a tail following it reports the discontinuity), and by a sweeper task, started
+//! by [`MemoryLog::new`] when a Tokio runtime is running, which runs every `idle_ttl / 2`
+//! (between 50 ms and 60 s), empties idle threads the same way and drops them from memory
+//! once nothing (no tail, no call in flight) holds them.
 
 use super::{
-    Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, Retention,
-    StreamPos, Tail, TailItem,
+    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
+    Retention, StreamPos, Tail, TailItem,
 };
 use crate::event::{ThreadId, ValidEvent};
+use bytes::Bytes;
 use dashmap::DashMap;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// In-process thread logs. Cheap to clone (an `Arc` inside).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryLog {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
+impl Default for MemoryLog {
+    /// [`MemoryLog::new`] with the default [`Retention`].
+    fn default() -> Self {
+        MemoryLog::new(Retention::default())
+    }
+}
+
 struct Shared {
     threads: DashMap<ThreadId, Arc<ThreadLog>>,
     retention: Retention,
@@ -32,15 +52,121 @@ struct ThreadLog {
     appended: Notify,
 }
 
+impl ThreadLog {
+    fn new() -> Self {
+        ThreadLog {
+            inner: Mutex::new(ThreadInner::new(Instant::now())),
+            appended: Notify::new(),
+        }
+    }
+
+    /// Locks the thread, first expiring it if it has been idle for `retention.idle_ttl`.
+    fn lock(&self, retention: &Retention) -> MutexGuard<'_, ThreadInner> {
+        let mut inner = self.inner.lock();
+        if inner.expire_if_idle(retention, Instant::now()) {
+            // A tail following the thread wakes and reports the new epoch.
+            self.appended.notify_waiters();
+        }
+        inner
+    }
+}
+
 struct ThreadInner {
     epoch: Epoch,
     /// Retained entries, oldest first; positions are `0-1`, `0-2`, ... (consecutive).
     entries: VecDeque<LogEntry>,
     last: StreamPos,
     max_deleted: StreamPos,
+    /// The promoted checkpoint (every entry at or before it is trimmed).
+    checkpoint: Option<Checkpoint>,
+    /// The latest candidate, promoted by the next one (or by `max_age`).
+    pending: Option<Pending>,
+    /// When the thread was created or last appended to (idle expiry).
+    last_append: Instant,
+}
+
+/// A pending checkpoint and when its last entry was appended (`max_age`).
+struct Pending {
+    checkpoint: Checkpoint,
+    at: Instant,
 }
 
 impl ThreadInner {
+    fn new(now: Instant) -> Self {
+        ThreadInner {
+            epoch: Epoch::random(),
+            entries: VecDeque::new(),
+            last: StreamPos::ZERO,
+            max_deleted: StreamPos::ZERO,
+            checkpoint: None,
+            pending: None,
+            last_append: now,
+        }
+    }
+
+    fn idle(&self, retention: &Retention, now: Instant) -> bool {
+        retention
+            .idle_ttl
+            .is_some_and(|ttl| !ttl.is_zero() && now.duration_since(self.last_append) >= ttl)
+    }
+
+    /// Replaces an idle thread by an empty one under a new epoch (its log and checkpoints
+    /// gone, like expired Redis keys). A thread that never had an event keeps its epoch.
+    /// Returns whether it was expired.
+    fn expire_if_idle(&mut self, retention: &Retention, now: Instant) -> bool {
+        if !self.idle(retention, now) {
+            return false;
+        }
+        if self.last == StreamPos::ZERO {
+            self.last_append = now;
+            return false;
+        }
+        *self = ThreadInner::new(now);
+        true
+    }
+
+    /// Makes `checkpoint` the thread's checkpoint and trims every entry at or before it.
+    fn promote(&mut self, checkpoint: Checkpoint) {
+        while let Some(first) = self.entries.front()
+            && first.id.pos <= checkpoint.pos
+        {
+            self.max_deleted = first.id.pos;
+            self.entries.pop_front();
+        }
+        self.checkpoint = Some(checkpoint);
+    }
+
+    /// Retention after an append that ended at `self.last` (see the module docs).
+    fn retain(&mut self, retention: &Retention, candidate: Option<Bytes>, now: Instant) {
+        if let Some(events) = candidate {
+            if let Some(older) = self.pending.take() {
+                self.promote(older.checkpoint);
+            }
+            self.pending = Some(Pending {
+                checkpoint: Checkpoint {
+                    pos: self.last,
+                    events,
+                },
+                at: now,
+            });
+        }
+        if let Some(max_age) = retention.max_age.filter(|a| !a.is_zero())
+            && self
+                .pending
+                .as_ref()
+                .is_some_and(|p| now.duration_since(p.at) >= max_age)
+            && let Some(old) = self.pending.take()
+        {
+            self.promote(old.checkpoint);
+        }
+        let cap = retention.cap(self.checkpoint.is_some() || self.pending.is_some());
+        while cap > 0 && self.entries.len() > cap {
+            if let Some(old) = self.entries.pop_front() {
+                self.max_deleted = old.id.pos;
+            }
+        }
+    }
+
     fn head(&self) -> LogHead {
         LogHead {
             epoch: self.epoch,
@@ -91,26 +217,35 @@ pub(crate) fn check_resumable(head: &LogHead, id: EventId) -> Result<(), ResumeG
 }
 
 impl MemoryLog {
-    /// An empty log store with the given retention.
+    /// An empty log store with the given retention. With an `idle_ttl` and inside a Tokio
+    /// runtime, also spawns the idle-thread sweeper (see the module docs); it ends when the
+    /// last clone of the log is dropped.
     pub fn new(retention: Retention) -> Self {
-        MemoryLog {
-            shared: Arc::new(Shared {
-                threads: DashMap::new(),
-                retention,
-            }),
+        let shared = Arc::new(Shared {
+            threads: DashMap::new(),
+            retention,
+        });
+        if let Some(ttl) = retention.idle_ttl.filter(|t| !t.is_zero())
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(sweep(Arc::downgrade(&shared), ttl));
         }
+        MemoryLog { shared }
     }
 
-    /// Appends under the thread's lock, after checking `expected` when given.
+    /// Appends under the thread's lock, after checking `expected` when given, then applies
+    /// retention (checkpoint `candidate`, `max_age`, count cap).
     fn append_checked(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: Option<LogHead>,
+        candidate: Option<Bytes>,
     ) -> Result<Vec<EventId>, LogError> {
         let log = self.thread(thread);
+        let retention = &self.shared.retention;
         let ids = {
-            let mut inner = log.inner.lock();
+            let mut inner = log.lock(retention);
             if let Some(exp) = expected {
                 let head = inner.head();
                 if head.epoch != exp.epoch || head.last != exp.last {
@@ -134,12 +269,9 @@ impl MemoryLog {
                 });
                 ids.push(id);
             }
-            let max = self.shared.retention.max_events;
-            while max > 0 && inner.entries.len() > max {
-                if let Some(old) = inner.entries.pop_front() {
-                    inner.max_deleted = old.id.pos;
-                }
-            }
+            let now = Instant::now();
+            inner.last_append = now;
+            inner.retain(retention, candidate, now);
             ids
         };
         // Lock dropped before waking the tail.
@@ -154,19 +286,39 @@ impl MemoryLog {
         self.shared
             .threads
             .entry(thread.clone())
-            .or_insert_with(|| {
-                Arc::new(ThreadLog {
-                    inner: Mutex::new(ThreadInner {
-                        epoch: Epoch::random(),
-                        entries: VecDeque::new(),
-                        last: StreamPos::ZERO,
-                        max_deleted: StreamPos::ZERO,
-                    }),
-                    appended: Notify::new(),
-                })
-            })
+            .or_insert_with(|| Arc::new(ThreadLog::new()))
             .clone()
     }
+}
+
+/// The idle-thread sweeper: every `ttl / 2` (50 ms … 60 s) empties the threads idle for
+/// `ttl` and forgets those nothing else holds. Ends when the log is dropped.
+async fn sweep(shared: Weak<Shared>, ttl: Duration) {
+    let period = (ttl / 2).clamp(Duration::from_millis(50), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        sweep_once(&shared, Instant::now());
+    }
+}
+
+fn sweep_once(shared: &Shared, now: Instant) {
+    let retention = &shared.retention;
+    shared.threads.retain(|_, log| {
+        let mut inner = log.inner.lock();
+        if !inner.idle(retention, now) {
+            return true;
+        }
+        if inner.last != StreamPos::ZERO {
+            *inner = ThreadInner::new(now);
+            log.appended.notify_waiters();
+        }
+        // Forgotten when only the map holds it (the map's write lock keeps anyone from cloning
+        // it meanwhile); otherwise kept, emptied, under its new epoch.
+        Arc::strong_count(log) > 1
+    });
 }
 
 #[async_trait::async_trait]
@@ -183,7 +335,7 @@ impl EventLog for MemoryLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.append_checked(thread, events, None)
+        self.append_checked(thread, events, None, None)
     }
 
     async fn append_if(
@@ -191,8 +343,15 @@ impl EventLog for MemoryLog {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
+        candidate: Option<Bytes>,
     ) -> Result<Vec<EventId>, LogError> {
-        self.append_checked(thread, events, Some(expected))
+        self.append_checked(thread, events, Some(expected), candidate)
+    }
+
+    async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError> {
+        let log = self.thread(thread);
+        let inner = log.lock(&self.shared.retention);
+        Ok(inner.checkpoint.clone())
     }
 
     async fn read(
@@ -202,12 +361,12 @@ impl EventLog for MemoryLog {
         limit: usize,
     ) -> Result<Vec<LogEntry>, LogError> {
         let log = self.thread(thread);
-        let inner = log.inner.lock();
+        let inner = log.lock(&self.shared.retention);
         Ok(inner.read(from, limit)?)
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
-        Ok(self.thread(thread).inner.lock().head())
+        Ok(self.thread(thread).lock(&self.shared.retention).head())
     }
 
     async fn ping(&self) -> Result<(), LogError> {
@@ -306,5 +465,77 @@ impl Tail for MemoryTail {
         if let Some((_, stop)) = self.followers.remove(thread) {
             stop.cancel();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::validate_event;
+
+    fn event() -> ValidEvent {
+        validate_event(br#"{"type":"CUSTOM","name":"t","value":1}"#, None).unwrap()
+    }
+
+    fn retention(ttl: Duration) -> Retention {
+        Retention {
+            max_events: 100,
+            max_age: None,
+            idle_ttl: Some(ttl),
+        }
+    }
+
+    /// The sweeper forgets idle threads nothing holds, and empties (new epoch) those a tail
+    /// still follows, waking the tail.
+    #[tokio::test]
+    async fn sweeper_forgets_idle_threads() {
+        let log = MemoryLog::new(retention(Duration::from_millis(100)));
+        let idle = ThreadId::parse("idle").unwrap();
+        let followed = ThreadId::parse("followed").unwrap();
+        log.append(&idle, &[event()]).await.unwrap();
+        let ids = log.append(&followed, &[event()]).await.unwrap();
+        let (tx, mut rx) = mpsc::channel(4);
+        let tail = log.start_tail(tx, CancellationToken::new());
+        tail.follow(followed.clone(), ids[0].epoch, ids[0].pos);
+        assert_eq!(log.shared.threads.len(), 2);
+        // No call touches the threads from here: only the sweeper can expire them.
+        let item = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the sweeper woke the tail")
+            .unwrap();
+        match item {
+            TailItem::Discontinuity {
+                thread,
+                head,
+                reason,
+            } => {
+                assert_eq!(thread, followed);
+                assert_eq!(reason, ResumeGap::OtherEpoch);
+                assert_ne!(head.epoch, ids[0].epoch);
+                assert_eq!(head.last, StreamPos::ZERO);
+            }
+            other => panic!("{other:?}"),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while log.shared.threads.contains_key(&idle) {
+            assert!(Instant::now() < deadline, "idle thread never forgotten");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            log.shared.threads.contains_key(&followed),
+            "a followed thread is kept"
+        );
+    }
+
+    /// Without a runtime there is no sweeper; idle threads still expire when touched.
+    #[test]
+    fn lazy_expiry_without_runtime() {
+        let log = MemoryLog::new(retention(Duration::from_millis(20)));
+        let thread = ThreadId::parse("lazy").unwrap();
+        let ids = log.append_checked(&thread, &[event()], None, None).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        let head = log.thread(&thread).lock(&log.shared.retention).head();
+        assert_ne!(head.epoch, ids[0].epoch);
+        assert_eq!(head.last, StreamPos::ZERO);
     }
 }

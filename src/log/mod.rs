@@ -14,6 +14,7 @@ use bytes::Bytes;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -170,17 +171,103 @@ impl LogHead {
 }
 
 /// How much of each thread's log is retained (SPEC §6).
+///
+/// Two ways of trimming work together:
+///
+/// - **Checkpoints** (the normal path): the publish path hands [`EventLog::append_if`] a
+///   checkpoint *candidate* about every `max_events` appended events. The log keeps it as the
+///   thread's *pending* checkpoint; the next candidate promotes it to the thread's
+///   [`Checkpoint`] and every entry at or before its position is trimmed, exactly. So about
+///   `max_events`..`2 * max_events` events stay, and the thread's fold can always be rebuilt
+///   from the checkpoint and the entries after it, however much was trimmed.
+/// - **Count cap** (a memory safety net): every append caps the log at about `max_events`
+///   entries (Redis: `XADD … MAXLEN ~`), or at [`Retention::safety_cap`] (`4 * max_events`)
+///   once the thread has a checkpoint or a pending one, so checkpoint-based trimming is not
+///   pre-empted, while producers that never send candidates (direct `XADD` producers, the
+///   non-strict publish path) still have a bounded log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     /// Keep about this many newest events per thread (Redis: `XADD … MAXLEN ~`, so the actual
-    /// count may exceed it by up to one macro node). `0` means unbounded.
+    /// count may exceed it by up to one macro node). `0` means unbounded (no count cap; a
+    /// promoted checkpoint still trims up to its position).
     pub max_events: usize,
+    /// Drop events older than this, at checkpoint granularity: at append time, when the
+    /// thread's pending checkpoint is older than `max_age` (its newest entry was appended
+    /// more than `max_age` ago; Redis: the entry ID's milliseconds against the server's
+    /// `TIME`), it is promoted early and every entry at or before it is trimmed. Entries after
+    /// the newest checkpoint are never trimmed for age (the fold stays rebuildable), so a
+    /// thread without checkpoints is not trimmed for age at all. `None`: no age limit.
+    pub max_age: Option<Duration>,
+    /// Expiry of idle threads: a thread with no append for this long is dropped whole (log,
+    /// epoch, checkpoints) and comes back, if written again, under a new epoch. Redis:
+    /// `PEXPIRE` of all the thread's keys at every append; memory: see
+    /// [`memory::MemoryLog`]. `None`: threads never expire.
+    pub idle_ttl: Option<Duration>,
+}
+
+impl Retention {
+    /// The count cap while a thread uses checkpoints: `4 * max_events` (`0`: unbounded).
+    pub fn safety_cap(&self) -> usize {
+        self.max_events.saturating_mul(4)
+    }
+
+    /// The count cap of one append: [`Retention::safety_cap`] when the thread has a
+    /// checkpoint, a pending one, or gets a candidate with this append, else `max_events`
+    /// (`0`: no cap).
+    pub fn cap(&self, checkpoints_in_use: bool) -> usize {
+        if checkpoints_in_use {
+            self.safety_cap()
+        } else {
+            self.max_events
+        }
+    }
+
+    /// `max_age` in whole milliseconds, `0` when unset or zero (no age trimming).
+    pub fn max_age_ms(&self) -> u64 {
+        duration_ms(self.max_age)
+    }
+
+    /// `idle_ttl` in whole milliseconds (at least 1 when set and non-zero), `0` when unset
+    /// or zero (no expiry).
+    pub fn idle_ttl_ms(&self) -> u64 {
+        duration_ms(self.idle_ttl)
+    }
+}
+
+/// A duration in whole milliseconds, rounded up so a non-zero duration is never `0`;
+/// `None` and zero give `0` ("disabled").
+fn duration_ms(d: Option<Duration>) -> u64 {
+    match d {
+        Some(d) if !d.is_zero() => u64::try_from(d.as_millis().max(1)).unwrap_or(u64::MAX),
+        _ => 0,
+    }
 }
 
 impl Default for Retention {
+    /// 10 000 events, no age limit, idle threads expire after 7 days.
     fn default() -> Self {
-        Retention { max_events: 10_000 }
+        Retention {
+            max_events: 10_000,
+            max_age: None,
+            idle_ttl: Some(Duration::from_secs(7 * 24 * 3600)),
+        }
     }
+}
+
+/// A thread's checkpoint (SPEC §6): its fold at `pos`, restated as AG-UI events.
+///
+/// `events` is an opaque JSON array of AG-UI events (the prelude of the thread's fold at
+/// `pos`, `crate::prelude::prelude`); the log stores and returns it byte for byte and never
+/// interprets it. Folding `events` and then the log entries strictly after `pos` gives the
+/// thread's fold. Every entry at or before `pos` may have been trimmed; the entries after it
+/// are retained (unless the count safety cap cut in, see [`Retention`]), so
+/// `read(ReadFrom::After(<epoch>-<pos>))` is exact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Position of the last entry the checkpoint covers, in the thread's current epoch.
+    pub pos: StreamPos,
+    /// JSON array of AG-UI events (opaque to the log).
+    pub events: Bytes,
 }
 
 /// Why an id cannot be resumed exactly (each case gets a prelude in SPEC §4.3; counted).
@@ -275,6 +362,13 @@ pub trait EventLog: Send + Sync + 'static {
     /// `expected` (compare-and-append): the caller checked the batch against the thread's fold
     /// at that position, so an append on top of anything else could break the order rules.
     ///
+    /// `candidate` (retention, SPEC §6; see [`Retention`]): the thread's fold after this batch,
+    /// as a [`Checkpoint::events`] JSON array. When given and the batch is not empty, in the
+    /// same atomic step as the append: a pending checkpoint stored earlier is promoted to the
+    /// thread's [`Checkpoint`] and every entry at or before its position is trimmed (exactly),
+    /// then the candidate becomes the pending checkpoint at the batch's last entry. `None`
+    /// leaves checkpoints as they are. Nothing changes on a conflict or an empty batch.
+    ///
     /// # Errors
     /// [`LogError::Conflict`] with the current head when the log moved (nothing appended; the
     /// caller catches up and retries); [`LogError::Unavailable`] as for `append`.
@@ -283,7 +377,18 @@ pub trait EventLog: Send + Sync + 'static {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
+        candidate: Option<Bytes>,
     ) -> Result<Vec<EventId>, LogError>;
+
+    /// The thread's promoted checkpoint in its current epoch (`None` when there is none: no
+    /// candidate was promoted yet, or the thread expired or got a new epoch since). Rebuild a
+    /// fold as: `head`, `checkpoint`, fold [`Checkpoint::events`], then `read` strictly after
+    /// `<head.epoch>-<pos>` (a [`LogError::Gap`] there means the log moved on in between:
+    /// start again).
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] when the backend cannot be reached.
+    async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError>;
 
     /// Up to `limit` entries in log order, starting as `from` says.
     ///

@@ -2,7 +2,7 @@
 //!
 //! # Key and entry format (for producers that write to Redis directly, SPEC §2)
 //!
-//! With the default prefix `agui`, thread `<threadId>` owns two keys in one hash slot (the
+//! With the default prefix `agui`, thread `<threadId>` owns three keys in one hash slot (the
 //! `{threadId}` hash tag, so Redis Cluster keeps them together):
 //!
 //! - `agui:{<threadId>}:log`: a stream; one entry per AG-UI event, with one field `e` holding
@@ -12,6 +12,26 @@
 //! - `agui:{<threadId>}:meta`: a hash; field `epoch` is the log's epoch as 8 lowercase hex
 //!   digits; field `seen` (`1`) records that the stream existed under this epoch, so a stream
 //!   deleted on its own (its meta surviving) still gets a new epoch.
+//! - `agui:{<threadId>}:ckpt`: a hash, the thread's checkpoints (SPEC §6, written by the
+//!   broker only): `pos` (entry ID), `events` (JSON array of AG-UI events, the thread's fold
+//!   at `pos` restated) and `ord` (the stream's `entries-added` when the `pos` entry was
+//!   added) for the promoted checkpoint; `next_pos`, `next_events`, `next_ord` for the
+//!   pending one. It belongs to the epoch: whenever the broker creates a new epoch for the
+//!   thread, it deletes this key in the same script.
+//!
+//! # Retention
+//! See [`Retention`]. An append that carries a checkpoint candidate (`append_if`), in the same
+//! script: if a pending checkpoint exists it becomes the checkpoint (`next_*` moved to `pos`,
+//! `events`, `ord`) and `XTRIM <log> MINID <pos + 1>` (exact: `MINID` removes IDs strictly
+//! lower, hence the successor ID `<ms>-<seq + 1>`) removes every entry at or before it; the
+//! candidate is then stored as `next_*` at the batch's last entry ID. `XADD … MAXLEN ~` caps
+//! the stream at `max_events`, or at `4 * max_events` once the `ckpt` key exists (a safety
+//! net only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
+//! than the server's `TIME` minus `max_age` is promoted (and trimmed to) at append time. With
+//! `idle_ttl`, every append `PEXPIRE`s the three keys; expired keys mean a new epoch.
+//! Trimming moves `entries-added` past `length`; when exactly the entries added before the
+//! checkpoint are gone (`length == entries-added - ord`), the highest removed position is the
+//! checkpoint's `pos`, so resuming after the checkpoint is exact.
 //!
 //! Producers may `XADD` to the stream without touching the meta hash: the broker creates the
 //! epoch the first time it looks at the thread. Entries it cannot validate (missing `e`, not
@@ -19,8 +39,9 @@
 //! skipped, never delivered.
 //!
 //! # Commands
-//! Appends, reads and heads are Lua scripts (one round trip, atomic): `HMGET`/`HSET` on the
-//! meta hash, `XADD … MAXLEN ~ <n> * e <json>`, `XRANGE`, and `XINFO STREAM` for the stream's
+//! Appends, reads, heads and checkpoints are Lua scripts (one round trip, atomic):
+//! `HMGET`/`HSET`/`HDEL`/`DEL` on the meta and checkpoint hashes, `XADD … MAXLEN ~ <n> * e
+//! <json>`, `XTRIM … MINID`, `TIME`, `PEXPIRE`, `XRANGE`, and `XINFO STREAM` for the stream's
 //! `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and
 //! `entries-added` (Redis 7.0 or newer is required), from which the highest trimmed position
 //! is derived (Redis 7.0 moves `max-deleted-entry-id` on `XDEL` only). The node's
@@ -33,8 +54,8 @@
 
 use super::memory::check_resumable;
 use super::{
-    Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, Retention,
-    StreamPos, Tail, TailItem,
+    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
+    Retention, StreamPos, Tail, TailItem,
 };
 use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP, INVALID_ENTRIES};
@@ -57,7 +78,8 @@ pub struct RedisLogConfig {
     pub url: String,
     /// First part of every key (`<prefix>:{<threadId>}:log`); must not contain `{` or `}`.
     pub prefix: String,
-    /// How many events each thread keeps (`XADD … MAXLEN ~`).
+    /// How much each thread keeps and for how long (`XADD … MAXLEN ~`, checkpoints with
+    /// `XTRIM … MINID`, `PEXPIRE`; see [`Retention`]).
     pub retention: Retention,
     /// How long the tail's `XREAD BLOCK` waits for new entries; also the period of the tail's
     /// epoch checks on quiet threads. At least 1 ms.
@@ -110,21 +132,24 @@ struct Scripts {
     append: Script,
     read: Script,
     head: Script,
+    checkpoint: Script,
 }
 
 /// Helpers shared by every script. `ensure_epoch` returns the thread's epoch, creating it (from
 /// `fresh`) when it is missing or malformed, or when the stream vanished after it existed under
-/// the current epoch; `stream_info` returns `XINFO STREAM`'s `last-generated-id`,
-/// `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and `entries-added` (see
-/// [`max_deleted`]).
+/// the current epoch (a new epoch deletes the checkpoint hash); `stream_info` returns
+/// `XINFO STREAM`'s `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`,
+/// `length` and `entries-added`, then the checkpoint's `pos` and `ord` (`0-0` and `-1` without
+/// one; see [`max_deleted`]).
 const LUA_PRELUDE: &str = r#"
-local function ensure_epoch(stream, meta, fresh)
+local function ensure_epoch(stream, meta, ckpt, fresh)
   local m = redis.call('HMGET', meta, 'epoch', 'seen')
   local ep, seen = m[1], m[2]
   local live = redis.call('EXISTS', stream) == 1
   if (not ep) or string.len(ep) ~= 8 or string.find(ep, '[^0-9a-f]') or (seen and not live) then
     ep = fresh
     redis.call('HSET', meta, 'epoch', ep)
+    redis.call('DEL', ckpt)
     if seen then
       redis.call('HDEL', meta, 'seen')
       seen = false
@@ -135,9 +160,9 @@ local function ensure_epoch(stream, meta, fresh)
   end
   return ep, live
 end
-local function stream_info(stream, live)
+local function stream_info(stream, ckpt, live)
   if not live then
-    return {'0-0', '0-0', '0-0', 0, 0}
+    return {'0-0', '0-0', '0-0', 0, 0, '0-0', -1}
   end
   local x = redis.call('XINFO', 'STREAM', stream)
   local f = {}
@@ -151,42 +176,119 @@ local function stream_info(stream, live)
       error('agui-fanout needs Redis 7.0 or newer (XINFO STREAM max-deleted-entry-id)')
     end
   end
+  local c = redis.call('HMGET', ckpt, 'pos', 'ord')
+  if c[1] and c[2] then
+    info[6], info[7] = c[1], c[2]
+  else
+    info[6], info[7] = '0-0', -1
+  end
   return info
 end
 "#;
 
-/// KEYS: stream, meta. ARGV: fresh epoch, maxlen (`0`: none), expected epoch and expected
-/// last entry ID (both empty: unconditional), then one JSON per event.
+/// Retention helpers of the append script. `successor` is the entry ID right after `id`
+/// (decimal string arithmetic, exact for every `u64` pair); `promote` makes the pending
+/// checkpoint the thread's checkpoint and trims every entry at or before it.
+const LUA_RETENTION: &str = r#"
+local function incr(s)
+  local i = #s
+  local zeros = ''
+  while i > 0 do
+    local d = string.byte(s, i) - 48
+    if d < 9 then
+      return string.sub(s, 1, i - 1) .. string.char(d + 49) .. zeros
+    end
+    zeros = zeros .. '0'
+    i = i - 1
+  end
+  return '1' .. zeros
+end
+local function successor(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if seq == '18446744073709551615' then
+    return incr(ms) .. '-0'
+  end
+  return ms .. '-' .. incr(seq)
+end
+local function promote(stream, ckpt, pending)
+  redis.call('HSET', ckpt, 'pos', pending[1], 'events', pending[2], 'ord', pending[3])
+  redis.call('HDEL', ckpt, 'next_pos', 'next_events', 'next_ord')
+  redis.call('XTRIM', stream, 'MINID', successor(pending[1]))
+end
+local function pending_of(ckpt)
+  local p = redis.call('HMGET', ckpt, 'next_pos', 'next_events', 'next_ord')
+  if p[1] and p[2] and p[3] and string.match(p[1], '^%d+-%d+$') then
+    return p
+  end
+  return nil
+end
+"#;
+
+/// KEYS: stream, meta, ckpt. ARGV: [1] fresh epoch, [2] maxlen and [3] maxlen once the
+/// thread uses checkpoints (`0`: none), [4] expected epoch and [5] expected last entry ID
+/// (both empty: unconditional), [6] `1` when [7] is a checkpoint candidate (else `0`),
+/// [8] `max_age` in ms and [9] `idle_ttl` in ms (`0`: none), then one JSON per event.
 /// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
-/// last-generated-id is not the expected one (nothing appended).
+/// last-generated-id is not the expected one (nothing appended, nothing changed).
 const LUA_APPEND: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
-if ARGV[3] ~= '' then
-  local info = stream_info(KEYS[1], live)
-  if ep ~= ARGV[3] or info[1] ~= ARGV[4] then
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+if ARGV[4] ~= '' then
+  local info = stream_info(KEYS[1], KEYS[3], live)
+  if ep ~= ARGV[4] or info[1] ~= ARGV[5] then
     return {'conflict', ep, info}
   end
+end
+if #ARGV < 10 then
+  return {ep, {}}
 end
 if not live then
   redis.call('HSET', KEYS[2], 'seen', '1')
 end
+local candidate = ARGV[6] == '1'
+local cap = ARGV[2]
+if candidate or redis.call('EXISTS', KEYS[3]) == 1 then
+  cap = ARGV[3]
+end
 local ids = {}
-local trim = ARGV[2] ~= '0'
-for i = 5, #ARGV do
-  if trim then
-    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[i])
+for i = 10, #ARGV do
+  if cap ~= '0' then
+    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
     ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
+  end
+end
+if candidate then
+  local older = pending_of(KEYS[3])
+  if older then
+    promote(KEYS[1], KEYS[3], older)
+  end
+  local added = stream_info(KEYS[1], KEYS[3], true)[5]
+  redis.call('HSET', KEYS[3], 'next_pos', ids[#ids], 'next_events', ARGV[7], 'next_ord', added)
+end
+if ARGV[8] ~= '0' then
+  local pending = pending_of(KEYS[3])
+  if pending then
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local ms = tonumber(string.match(pending[1], '^(%d+)-'))
+    if ms + tonumber(ARGV[8]) <= now_ms then
+      promote(KEYS[1], KEYS[3], pending)
+    end
+  end
+end
+if ARGV[9] ~= '0' then
+  for i = 1, 3 do
+    redis.call('PEXPIRE', KEYS[i], ARGV[9])
   end
 end
 return {ep, ids}
 "#;
 
-/// KEYS: stream, meta. ARGV: fresh epoch, XRANGE start (`-` or `(<id>`), count.
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, XRANGE start (`-` or `(<id>`), count.
 /// Returns `{epoch, info, {{id, {field, value…}}…}}` (`info`: see `stream_info`).
 const LUA_READ: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
-local info = stream_info(KEYS[1], live)
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local info = stream_info(KEYS[1], KEYS[3], live)
 local entries = {}
 local n = tonumber(ARGV[3])
 if live and n > 0 then
@@ -195,10 +297,18 @@ end
 return {ep, info, entries}
 "#;
 
-/// KEYS: stream, meta. ARGV: fresh epoch. Returns `{epoch, info}`.
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch. Returns `{epoch, info}`.
 const LUA_HEAD: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], ARGV[1])
-return {ep, stream_info(KEYS[1], live)}
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+return {ep, stream_info(KEYS[1], KEYS[3], live)}
+"#;
+
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch. Returns `{epoch, {pos, events}}` of the
+/// promoted checkpoint (both nil without one), after the epoch check (which deletes the
+/// checkpoints of an epoch that ended).
+const LUA_CHECKPOINT: &str = r#"
+local ep = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+return {ep, redis.call('HMGET', KEYS[3], 'pos', 'events')}
 "#;
 
 impl Scripts {
@@ -206,19 +316,23 @@ impl Scripts {
         Scripts {
             // Shebang scripts (Redis 7): a write script is refused as a whole when Redis is out
             // of memory, before any XADD, which keeps the batch all-or-nothing.
-            append: Script::new(&format!("#!lua{LUA_PRELUDE}{LUA_APPEND}")),
+            append: Script::new(&format!("#!lua{LUA_PRELUDE}{LUA_RETENTION}{LUA_APPEND}")),
             // Reads still work when Redis is out of memory (their only write is a missing
             // epoch, a few bytes).
             read: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_READ}")),
             head: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_HEAD}")),
+            checkpoint: Script::new(&format!(
+                "#!lua flags=allow-oom{LUA_PRELUDE}{LUA_CHECKPOINT}"
+            )),
         }
     }
 }
 
-/// The two keys of one thread.
+/// The three keys of one thread.
 struct Keys {
     stream: String,
     meta: String,
+    ckpt: String,
 }
 
 impl Keys {
@@ -226,6 +340,7 @@ impl Keys {
         Keys {
             stream: format!("{prefix}:{{{thread}}}:log"),
             meta: format!("{prefix}:{{{thread}}}:meta"),
+            ckpt: format!("{prefix}:{{{thread}}}:ckpt"),
         }
     }
 }
@@ -286,22 +401,31 @@ impl RedisLog {
         &self.inner.config
     }
 
-    /// Runs the append script, conditional on `expected` when given.
+    /// Runs the append script, conditional on `expected` when given, with a checkpoint
+    /// `candidate` when given.
     async fn append_checked(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: Option<LogHead>,
+        candidate: Option<Bytes>,
     ) -> Result<Vec<EventId>, LogError> {
         self.timed("append", async {
             let keys = self.keys(thread);
+            let retention = &self.inner.config.retention;
             let mut invocation = self.inner.scripts.append.key(&keys.stream);
             invocation
                 .key(&keys.meta)
+                .key(&keys.ckpt)
                 .arg(Epoch::random().to_string())
-                .arg(self.inner.config.retention.max_events)
+                .arg(retention.cap(false))
+                .arg(retention.cap(true))
                 .arg(expected.map(|h| h.epoch.to_string()).unwrap_or_default())
-                .arg(expected.map(|h| h.last.to_string()).unwrap_or_default());
+                .arg(expected.map(|h| h.last.to_string()).unwrap_or_default())
+                .arg(if candidate.is_some() { "1" } else { "0" })
+                .arg(candidate.as_deref().unwrap_or_default())
+                .arg(retention.max_age_ms())
+                .arg(retention.idle_ttl_ms());
             for ev in events {
                 invocation.arg(&ev.json[..]);
             }
@@ -382,6 +506,7 @@ impl RedisLog {
             let mut invocation = self.inner.scripts.read.key(&keys.stream);
             invocation
                 .key(&keys.meta)
+                .key(&keys.ckpt)
                 .arg(&fresh)
                 .arg(&start)
                 // Lua numbers are doubles: keep the count exact.
@@ -404,10 +529,12 @@ impl EventLog for RedisLog {
     }
 
     /// One `EVALSHA` for the whole batch: the epoch is read (or created) and every event is
-    /// `XADD … MAXLEN ~ <max_events> * e <json>`ed (no `MAXLEN` when `max_events` is 0) in the
-    /// same script, so the batch is wholly in the log or not at all. An `Unavailable` that
-    /// comes from a timeout cannot tell whether the script ran; the producer's retry is
-    /// deduplicated upstream (`X-Producer-Seq`).
+    /// `XADD … MAXLEN ~ <cap> * e <json>`ed (no `MAXLEN` when `max_events` is 0; `cap` is
+    /// `max_events`, or `4 * max_events` once the thread has checkpoints) in the same script,
+    /// so the batch is wholly in the log or not at all; then `max_age` (may promote the pending
+    /// checkpoint, `TIME`, `XTRIM … MINID`) and `idle_ttl` (`PEXPIRE` of the thread's three
+    /// keys, in ms). An `Unavailable` that comes from a timeout cannot tell whether the script
+    /// ran; the producer's retry is deduplicated upstream (`X-Producer-Seq`).
     async fn append(
         &self,
         thread: &ThreadId,
@@ -416,22 +543,59 @@ impl EventLog for RedisLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.append_checked(thread, events, None).await
+        self.append_checked(thread, events, None, None).await
     }
 
     /// The append script with the expected epoch and `last-generated-id` checked first, in
-    /// the same atomic step (compare-and-append on the stream's last entry ID).
+    /// the same atomic step (compare-and-append on the stream's last entry ID). A candidate
+    /// is handled in that script after the `XADD`s: `HMGET` of the pending checkpoint, its
+    /// promotion (`HSET`/`HDEL` on the `ckpt` hash, `XTRIM <log> MINID <pos + 1>`, exact), and
+    /// `HSET` of the candidate as pending at the batch's last entry ID.
     async fn append_if(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
+        candidate: Option<Bytes>,
     ) -> Result<Vec<EventId>, LogError> {
-        self.append_checked(thread, events, Some(expected)).await
+        self.append_checked(thread, events, Some(expected), candidate)
+            .await
+    }
+
+    /// Script: the epoch check (a new epoch deletes the `ckpt` hash), then `HMGET <ckpt> pos
+    /// events`.
+    async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError> {
+        self.timed("checkpoint", async {
+            let keys = self.keys(thread);
+            let fresh = Epoch::random().to_string();
+            let reply: Value = retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                let mut invocation = self.inner.scripts.checkpoint.key(&keys.stream);
+                invocation.key(&keys.meta).key(&keys.ckpt).arg(&fresh);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable)?;
+            let fields = array(&reply)
+                .and_then(|items| items.get(1))
+                .and_then(array)
+                .ok_or_else(|| malformed("checkpoint reply"))?;
+            match fields {
+                [pos, events] => match (bytes_of(pos), bytes_of(events)) {
+                    (Some(_), Some(events)) => Ok(Some(Checkpoint {
+                        pos: parse_pos(pos)?,
+                        events: Bytes::copy_from_slice(events),
+                    })),
+                    _ => Ok(None),
+                },
+                _ => Err(malformed("checkpoint reply")),
+            }
+        })
+        .await
     }
 
     /// Script: epoch, `XINFO STREAM` head and `XRANGE <start> + COUNT <limit>` in one atomic
-    /// step, then [`check_resumable`] exactly as the memory backend. Invalid entries are
+    /// step, then `check_resumable` exactly as the memory backend. Invalid entries are
     /// skipped (and further pages read, so `limit` valid entries come back when they exist).
     async fn read(
         &self,
@@ -486,7 +650,7 @@ impl EventLog for RedisLog {
             let reply: Value = retry_dropped(|| {
                 let mut conn = self.inner.conn.clone();
                 let mut invocation = self.inner.scripts.head.key(&keys.stream);
-                invocation.key(&keys.meta).arg(&fresh);
+                invocation.key(&keys.meta).key(&keys.ckpt).arg(&fresh);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await
@@ -900,9 +1064,10 @@ impl TailReader {
             let keys = Keys::new(&prefix, thread);
             pipe.cmd("EVALSHA")
                 .arg(self.log.scripts.head.get_hash())
-                .arg(2)
+                .arg(3)
                 .arg(keys.stream)
                 .arg(keys.meta)
+                .arg(keys.ckpt)
                 .arg(Epoch::random().to_string());
         }
         let op_timeout = self.log.config.op_timeout;
@@ -1224,8 +1389,9 @@ fn parse_pos(v: &Value) -> Result<StreamPos, LogError> {
         .ok_or_else(|| malformed("entry ID"))
 }
 
-/// `{epoch, {last, max_deleted, first, length, entries_added}, …}` of the head and read
-/// scripts (the inner list: `XINFO STREAM` fields), as a [`LogHead`].
+/// `{epoch, {last, max_deleted, first, length, entries_added, ckpt_pos, ckpt_ord}, …}` of the
+/// head and read scripts (the inner list: `XINFO STREAM` fields and the checkpoint's), as a
+/// [`LogHead`].
 fn parse_head(items: &[Value]) -> Result<LogHead, LogError> {
     let info = items
         .get(1)
@@ -1244,31 +1410,64 @@ fn parse_head(items: &[Value]) -> Result<LogHead, LogError> {
         None => Err(malformed("stream info")),
     };
     let last = pos(0)?;
+    let stream = StreamCounts {
+        last,
+        deleted: pos(1)?,
+        first: pos(2)?,
+        length: count(3)?,
+        added: count(4)?,
+    };
+    let ord = count(6)?;
+    let checkpoint = (ord >= 0).then_some((pos(5)?, ord));
     Ok(LogHead {
         epoch: parse_epoch(items.first())?,
         last,
-        max_deleted: max_deleted(last, pos(1)?, pos(2)?, count(3)?, count(4)?),
+        max_deleted: max_deleted(stream, checkpoint),
     })
 }
 
-/// The highest position removed from a stream, from `XINFO STREAM` fields.
+/// The `XINFO STREAM` fields [`max_deleted`] works from.
+#[derive(Clone, Copy, Debug)]
+struct StreamCounts {
+    /// `last-generated-id`.
+    last: StreamPos,
+    /// `max-deleted-entry-id`.
+    deleted: StreamPos,
+    /// `recorded-first-entry-id`.
+    first: StreamPos,
+    /// `length`.
+    length: i64,
+    /// `entries-added`.
+    added: i64,
+}
+
+/// The highest position removed from a stream, from `XINFO STREAM` fields and the promoted
+/// checkpoint (`(pos, ord)`, `ord` being `entries-added` when the `pos` entry was added).
 ///
 /// Redis 7.0 updates `max-deleted-entry-id` on `XDEL` only, not when `XADD … MAXLEN` or
-/// `XTRIM` trims; but when `entries-added` exceeds `length` something was removed, and every
-/// entry before the first one retained is gone. The bound is then the position just before
-/// `first` (or `last` for an emptied stream): exact when the last trimmed entry shares the first
-/// retained entry's millisecond (the common case), otherwise slightly higher, so resuming from
-/// the very last trimmed id may be reported as trimmed (a prelude instead of an exact resume),
-/// never the other way round.
-fn max_deleted(
-    last: StreamPos,
-    deleted: StreamPos,
-    first: StreamPos,
-    length: i64,
-    added: i64,
-) -> StreamPos {
+/// `XTRIM` trims. When the stream holds exactly the entries added after the checkpoint
+/// (`length == entries-added - ord`: the promotion trimmed everything up to `pos`, nothing
+/// after it is gone), the answer is exact: `pos` (or a higher `max-deleted-entry-id`). Else,
+/// when `entries-added` exceeds `length` something was removed, and every entry before the
+/// first one retained is gone. The bound is then the position just before `first` (or `last`
+/// for an emptied stream): exact when the last trimmed entry shares the first retained entry's
+/// millisecond, otherwise slightly higher, so resuming from the very last trimmed id may be
+/// reported as trimmed (a prelude instead of an exact resume), never the other way round.
+fn max_deleted(s: StreamCounts, checkpoint: Option<(StreamPos, i64)>) -> StreamPos {
+    let StreamCounts {
+        last,
+        deleted,
+        first,
+        length,
+        added,
+    } = s;
     if added <= length {
         return deleted;
+    }
+    if let Some((pos, ord)) = checkpoint
+        && length == added - ord
+    {
+        return deleted.max(pos);
     }
     let bound = if length <= 0 || first == StreamPos::ZERO {
         last
@@ -1346,6 +1545,35 @@ mod tests {
         let keys = Keys::new("agui", &thread);
         assert_eq!(keys.stream, "agui:{t-1}:log");
         assert_eq!(keys.meta, "agui:{t-1}:meta");
+        assert_eq!(keys.ckpt, "agui:{t-1}:ckpt");
+    }
+
+    #[test]
+    fn max_deleted_is_exact_at_a_checkpoint() {
+        let counts = |first, length, added| StreamCounts {
+            last: StreamPos::new(9, 3),
+            deleted: StreamPos::ZERO,
+            first,
+            length,
+            added,
+        };
+        // Nothing removed.
+        let s = counts(StreamPos::new(1, 0), 10, 10);
+        assert_eq!(max_deleted(s, None), StreamPos::ZERO);
+        // Promoted at 4-1 (the 6th entry added); the next entry is 7-0: exact, not 6-MAX.
+        let s = counts(StreamPos::new(7, 0), 4, 10);
+        let ckpt = Some((StreamPos::new(4, 1), 6));
+        assert_eq!(max_deleted(s, ckpt), StreamPos::new(4, 1));
+        assert_eq!(max_deleted(s, None), StreamPos::new(6, u64::MAX));
+        // Something after the checkpoint went too (safety cap): the conservative bound.
+        let s = counts(StreamPos::new(8, 0), 3, 10);
+        assert_eq!(max_deleted(s, ckpt), StreamPos::new(7, u64::MAX));
+        // An entry XDEL'd before the checkpoint does not move it.
+        let s = StreamCounts {
+            deleted: StreamPos::new(3, 0),
+            ..counts(StreamPos::new(7, 0), 4, 10)
+        };
+        assert_eq!(max_deleted(s, ckpt), StreamPos::new(4, 1));
     }
 
     #[test]

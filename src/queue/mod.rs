@@ -16,6 +16,10 @@ pub mod coalesce;
 
 pub use coalesce::MergeKey;
 
+use crate::event::order::OrderChecker;
+use coalesce::coalesce;
+use std::sync::Arc;
+
 use crate::log::StreamPos;
 use crate::sse::Frame;
 use bytes::{Bytes, BytesMut};
@@ -101,6 +105,9 @@ pub struct ConnQueue {
 }
 
 struct Inner {
+    /// The order state after the last frame the writer took (what the client has), when
+    /// known; the base of a reset bridge.
+    client_view: Option<Arc<OrderChecker>>,
     replay: VecDeque<Frame>,
     /// The replay task is done (or there was none): the live lane may be drained.
     replay_done: bool,
@@ -114,9 +121,16 @@ struct Inner {
 impl ConnQueue {
     /// A queue whose writer starts after `after` (the client's last position, or ZERO).
     /// With `replay` true the live lane is held back until [`ConnQueue::finish_replay`].
-    pub fn new(limits: QueueLimits, after: StreamPos, replay: bool) -> Self {
+    /// `view` is the client's order state at `after` when known (after a prelude).
+    pub fn new(
+        limits: QueueLimits,
+        after: StreamPos,
+        replay: bool,
+        view: Option<Arc<OrderChecker>>,
+    ) -> Self {
         ConnQueue {
             inner: Mutex::new(Inner {
+                client_view: view,
                 replay: VecDeque::new(),
                 replay_done: !replay,
                 live: VecDeque::new(),
@@ -135,28 +149,63 @@ impl ConnQueue {
         self.limits
     }
 
-    /// Appends frames to the live lane without waiting.
+    /// Appends frames to the live lane without waiting. When they do not fit, the lane is
+    /// coalesced first (SPEC §5: a subscriber that is behind gets its pending deltas merged).
     ///
     /// # Errors
-    /// [`Overflow`] when the frames would exceed a bound; nothing of them is queued.
+    /// [`Overflow`] when even the coalesced lane exceeds a bound. The lane then holds an
+    /// equivalent but unspecified mix of old and new frames: the caller must
+    /// [`ConnQueue::reset`] or [`ConnQueue::close`] the queue.
     pub fn push_live(&self, frames: &[Frame]) -> Result<(), Overflow> {
-        {
+        let added = frames.len() as i64;
+        let result = {
             let mut q = self.inner.lock();
             if q.closed.is_some() {
                 return Ok(());
             }
             let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
-            if q.live.len() + frames.len() > self.limits.max_events
-                || q.live_bytes + bytes > self.limits.max_bytes
-            {
-                return Err(Overflow);
-            }
             q.live.extend(frames.iter().cloned());
             q.live_bytes += bytes;
+            PENDING_EVENTS.fetch_add(added, Ordering::Relaxed);
+            if q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes {
+                compact(&mut q);
+            }
+            if q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes {
+                Err(Overflow)
+            } else {
+                Ok(())
+            }
+        };
+        if result.is_ok() {
+            self.writer.notify_one();
         }
-        PENDING_EVENTS.fetch_add(frames.len() as i64, Ordering::Relaxed);
+        result
+    }
+
+    /// Replaces everything pending in the live lane by `bridge` (SPEC §5 "Reset"), which
+    /// stands for the thread's fold at `bridge.id`. Returns `false` (and changes nothing) when
+    /// the client's view is unknown (a replay is still being written) or the queue is closed:
+    /// the caller closes the queue then.
+    pub fn reset(&self, bridge: Frame) -> bool {
+        {
+            let mut q = self.inner.lock();
+            if q.closed.is_some() || !q.replay_done || !q.replay.is_empty() {
+                return false;
+            }
+            let dropped = q.live.len() as i64;
+            q.live.clear();
+            q.live_bytes = bridge.bytes.len();
+            q.live.push_back(bridge);
+            PENDING_EVENTS.fetch_sub(dropped - 1, Ordering::Relaxed);
+        }
         self.writer.notify_one();
-        Ok(())
+        true
+    }
+
+    /// The order state after the last frame taken by the writer (the client's view), if
+    /// known.
+    pub fn client_view(&self) -> Option<Arc<OrderChecker>> {
+        self.inner.lock().client_view.clone()
     }
 
     /// Appends replayed frames, waiting while the replay lane holds `max_events / 2` or more.
@@ -207,6 +256,13 @@ impl ConnQueue {
         }
         self.writer.notify_one();
         self.replay_room.notify_one();
+    }
+
+    /// Pending frames at which a write counts as "behind" and is coalesced: half of
+    /// `max_events` (at least 2). A batch published at once is not a lagging subscriber: a
+    /// subscriber that keeps up gets every event as published (SPEC §5).
+    fn coalesce_from(&self) -> usize {
+        (self.limits.max_events / 2).max(2)
     }
 
     /// True once closed.
@@ -260,6 +316,10 @@ impl ConnQueue {
                 }
             }
             q.last = last;
+            if let Some(f) = taken.last() {
+                // Replayed frames carry no view: the client's view is then unknown.
+                q.client_view = f.view.clone();
+            }
             if !from_replay {
                 q.live_bytes = 0;
             }
@@ -268,6 +328,10 @@ impl ConnQueue {
             PENDING_EVENTS.fetch_sub(taken.len() as i64 + skipped, Ordering::Relaxed);
         }
         self.replay_room.notify_one();
+        if taken.len() >= self.coalesce_from() {
+            // Behind: what piled up goes out merged (SPEC §5).
+            count_coalesced(coalesce(&mut taken, apply_patch));
+        }
         let oldest = taken.first().map(|f| f.born);
         if let Some(born) = oldest {
             metrics::histogram!(crate::metrics::PUBLISH_TO_WRITE)
@@ -286,6 +350,28 @@ impl ConnQueue {
             }
         }
     }
+}
+
+/// The fold's JSON Patch (client semantics) for rebuilding a state snapshot while coalescing.
+fn apply_patch(doc: &serde_json::Value, ops: &[serde_json::Value]) -> Option<serde_json::Value> {
+    crate::fold::apply_patch(doc, ops).ok()
+}
+
+/// Counts merged-away events by type (`agui_events_coalesced_total{type}`).
+fn count_coalesced(merged: Vec<(crate::event::EventType, u64)>) {
+    for (t, n) in merged {
+        metrics::counter!(crate::metrics::COALESCED, "type" => t.as_str()).increment(n);
+    }
+}
+
+/// Coalesces the live lane in place and recomputes its byte count.
+fn compact(q: &mut Inner) {
+    let mut frames: Vec<Frame> = q.live.drain(..).collect();
+    let before = frames.len() as i64;
+    count_coalesced(coalesce(&mut frames, apply_patch));
+    PENDING_EVENTS.fetch_sub(before - frames.len() as i64, Ordering::Relaxed);
+    q.live_bytes = frames.iter().map(|f| f.bytes.len()).sum();
+    q.live.extend(frames);
 }
 
 #[cfg(test)]
@@ -328,11 +414,11 @@ mod tests {
 
     #[test]
     fn live_lane_is_bounded_by_events_and_bytes() {
-        let q = ConnQueue::new(limits(3), StreamPos::ZERO, false);
+        let q = ConnQueue::new(limits(3), StreamPos::ZERO, false, None);
         q.push_live(&[frame(1), frame(2)]).unwrap();
-        assert_eq!(q.push_live(&[frame(3), frame(4)]), Err(Overflow));
         q.push_live(&[frame(3)]).unwrap();
-        assert_eq!(ids(q.try_drain()), vec![1, 2, 3]);
+        // RAW frames cannot be coalesced: a fourth does not fit.
+        assert_eq!(q.push_live(&[frame(4)]), Err(Overflow));
         let small = ConnQueue::new(
             QueueLimits {
                 max_events: 100,
@@ -340,15 +426,68 @@ mod tests {
             },
             StreamPos::ZERO,
             false,
+            None,
         );
         small.push_live(&[frame(1), frame(2)]).unwrap();
         assert_eq!(small.push_live(&[frame(3)]), Err(Overflow));
     }
 
+    fn text_frame(seq: u64, delta: &str) -> Frame {
+        let id = EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::new(0, seq),
+        };
+        let ev = serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta});
+        let merge = MergeKey::of(EventType::TextMessageContent, &ev, true, None);
+        Frame::new(
+            id,
+            EventType::TextMessageContent,
+            &serde_json::to_vec(&ev).unwrap(),
+            Instant::now(),
+            merge,
+        )
+    }
+
+    #[test]
+    fn a_full_lane_is_coalesced_before_it_overflows() {
+        let q = ConnQueue::new(limits(4), StreamPos::ZERO, false, None);
+        for i in 1..=20 {
+            q.push_live(&[text_frame(i, "ab")]).unwrap();
+        }
+        let Some(Drained::Frames(bytes)) = q.try_drain() else {
+            panic!("frames expected")
+        };
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert_eq!(text.matches("data: ").count(), 1, "{text}");
+        assert!(text.starts_with("id: 00000001-0-20\n"), "{text}");
+        assert!(text.contains(&"ab".repeat(20)), "{text}");
+    }
+
+    #[test]
+    fn reset_replaces_what_is_pending_with_the_bridge() {
+        let q = ConnQueue::new(limits(2), StreamPos::ZERO, false, None);
+        q.push_live(&[frame(1), frame(2)]).unwrap();
+        assert_eq!(q.push_live(&[frame(3)]), Err(Overflow));
+        let bridge = Frame::synthesised(
+            EventId {
+                epoch: Epoch(1),
+                pos: StreamPos::new(0, 3),
+            },
+            &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
+            Instant::now(),
+            None,
+        );
+        assert!(q.reset(bridge));
+        assert_eq!(ids(q.try_drain()), vec![3]);
+        // While a replay is being written the client's view is unknown: no reset.
+        let r = ConnQueue::new(limits(2), StreamPos::ZERO, true, None);
+        assert!(!r.reset(frame(9)));
+    }
+
     #[tokio::test]
     async fn replay_then_live_hand_over_skips_overlap() {
         // Client had 2; replay brings 3..=5; live already holds 4..=7 (overlap 4, 5).
-        let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true);
+        let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true, None);
         q.push_live(&[frame(4), frame(5), frame(6), frame(7)])
             .unwrap();
         assert!(q.try_drain().is_none(), "live lane waits for the replay");
@@ -361,7 +500,7 @@ mod tests {
 
     #[tokio::test]
     async fn close_wins_and_drops_pending() {
-        let q = ConnQueue::new(limits(10), StreamPos::ZERO, false);
+        let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
         q.push_live(&[frame(1)]).unwrap();
         q.close(CloseReason::Overflow);
         q.close(CloseReason::Shutdown);

@@ -1,0 +1,83 @@
+//! Rebuilding a thread's fold from its log: from the first event when nothing was trimmed,
+//! else from the log's checkpoint (a prelude stored with the log, SPEC §6) plus the entries
+//! after it.
+
+use super::ThreadFold;
+use crate::event::ThreadId;
+use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom};
+use serde_json::Value;
+
+/// Entries per read while folding.
+const PAGE: usize = 512;
+
+/// The thread's fold at its head, and the head it stands for. `None` for the fold when it
+/// cannot be rebuilt (trimmed and no checkpoint).
+///
+/// # Errors
+/// [`LogError::Unavailable`].
+pub async fn load_fold(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+) -> Result<(LogHead, Option<ThreadFold>), LogError> {
+    // A trim or checkpoint promotion between the head and the reads: try again (bounded).
+    for _ in 0..4 {
+        let head = log.head(thread).await?;
+        let (mut fold, from) = if head.complete_from_start() {
+            (ThreadFold::new(), ReadFrom::Start)
+        } else {
+            match log.checkpoint(thread).await? {
+                Some(ckpt) if ckpt.pos <= head.last => {
+                    let mut fold = ThreadFold::new();
+                    let events: Vec<Value> =
+                        serde_json::from_slice(&ckpt.events).unwrap_or_default();
+                    for e in &events {
+                        let _ = fold.apply_logged(e);
+                    }
+                    let id = EventId {
+                        epoch: head.epoch,
+                        pos: ckpt.pos,
+                    };
+                    (fold, ReadFrom::After(id))
+                }
+                _ => return Ok((head, None)),
+            }
+        };
+        match fold_until(log, thread, &mut fold, from, head).await {
+            Ok(()) => return Ok((head, Some(fold))),
+            Err(LogError::Gap(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let head = log.head(thread).await?;
+    Ok((head, None))
+}
+
+/// Folds entries from `from` up to `head.last` (later ones are left for the caller's tail).
+async fn fold_until(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    fold: &mut ThreadFold,
+    mut from: ReadFrom,
+    head: LogHead,
+) -> Result<(), LogError> {
+    loop {
+        if let ReadFrom::After(id) = from
+            && id.pos >= head.last
+        {
+            return Ok(());
+        }
+        let page = log.read(thread, from, PAGE).await?;
+        let Some(last) = page.last().map(|e| e.id) else {
+            return Ok(());
+        };
+        for e in page.iter().filter(|e| e.id.pos <= head.last) {
+            if let Ok(v) = serde_json::from_slice::<Value>(&e.json) {
+                let _ = fold.apply_logged(&v);
+            }
+        }
+        if page.len() < PAGE || last.pos >= head.last {
+            return Ok(());
+        }
+        from = ReadFrom::After(last);
+    }
+}

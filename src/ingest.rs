@@ -1,0 +1,228 @@
+//! The publish pipeline after schema validation (SPEC §2): order validation against the
+//! thread's fold at the **latest** log position, then a compare-and-append, so that several
+//! nodes publishing to one thread can never interleave into an invalid sequence.
+//!
+//! Data path position: `http` → `event` (schema) → **`ingest`** (order rules) → `log`.
+//!
+//! Per thread, a node caches the fold at the position it last saw (`LogHead`). A publish
+//! catches the fold up with whatever other nodes appended, checks the batch on a copy
+//! ([`ThreadFold::check_batch`]: `@ag-ui/client` order rules, then `STATE_DELTA`
+//! applicability), and appends with [`EventLog::append_if`] on that position. If another
+//! node appended in between, the append is refused (nothing written), the fold catches up and
+//! the batch is checked again. Every `retention.max_events` appended events it hands the log a
+//! checkpoint candidate: the prelude of the fold after the batch (SPEC §6).
+
+use crate::event::{ThreadId, ValidEvent};
+use crate::fold::{Rejection, ThreadFold, load_fold};
+use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom};
+use crate::prelude;
+use bytes::Bytes;
+use dashmap::DashMap;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// Compare-and-append attempts before a publish gives up (503, retry): each failed attempt
+/// means another node appended to the thread meanwhile.
+const MAX_ATTEMPTS: usize = 32;
+/// Threads whose cached fold was not used for this long are dropped from the cache when it
+/// grows beyond [`CACHE_SOFT_LIMIT`] entries.
+const CACHE_IDLE: Duration = Duration::from_secs(300);
+/// Cache size above which idle threads are dropped.
+const CACHE_SOFT_LIMIT: usize = 10_000;
+
+/// Why a publish was not appended.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The batch breaks an order rule or a `STATE_DELTA` does not apply (HTTP 409 / 422).
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The log backend failed, or appends kept conflicting (HTTP 503).
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// The publish pipeline. Cheap to clone.
+#[derive(Clone)]
+pub struct Ingest {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    log: Arc<dyn EventLog>,
+    strict_order: bool,
+    checkpoint_every: usize,
+    threads: DashMap<ThreadId, Arc<Mutex<Cached>>>,
+}
+
+/// A thread's fold as this node last saw it.
+struct Cached {
+    /// `None` until loaded; `Some((head, None))` when the fold cannot be rebuilt.
+    at: Option<(LogHead, Option<ThreadFold>)>,
+    /// Events appended by this node since its last checkpoint candidate.
+    since_candidate: usize,
+    used: Instant,
+}
+
+impl Ingest {
+    /// A pipeline over `log`. With `strict_order` false, batches are appended without order
+    /// checks (schema validation still applies). `checkpoint_every`: events between
+    /// checkpoint candidates (`retention.max_events`; `0`: no checkpoints).
+    pub fn new(log: Arc<dyn EventLog>, strict_order: bool, checkpoint_every: usize) -> Self {
+        Ingest {
+            shared: Arc::new(Shared {
+                log,
+                strict_order,
+                checkpoint_every,
+                threads: DashMap::new(),
+            }),
+        }
+    }
+
+    /// Appends a schema-valid batch atomically after the order checks; returns the ids.
+    ///
+    /// # Errors
+    /// [`IngestError::Rejected`] with the first offending event (nothing appended);
+    /// [`IngestError::Log`] when the backend fails (nothing appended, or, for a timeout, not
+    /// known).
+    pub async fn append(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+    ) -> Result<Vec<EventId>, IngestError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.shared.strict_order {
+            return Ok(self.shared.log.append(thread, events).await?);
+        }
+        let values: Vec<Value> = events
+            .iter()
+            // Schema validation produced this JSON, so it parses.
+            .map(|e| serde_json::from_slice(&e.json).unwrap_or(Value::Null))
+            .collect();
+        let cached = self.cached(thread);
+        let mut c = cached.lock().await;
+        c.used = Instant::now();
+        for _ in 0..MAX_ATTEMPTS {
+            let (head, fold) = match c.at.take() {
+                Some(at) => at,
+                None => load_fold(&*self.shared.log, thread).await?,
+            };
+            let Some(fold) = fold else {
+                // Trimmed without a checkpoint: the order cannot be checked; append as is.
+                tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
+                let ids = self.shared.log.append(thread, events).await?;
+                return Ok(ids);
+            };
+            let next = fold.check_batch(&values)?;
+            let candidate = self.candidate(&mut c, events.len(), &next);
+            match self
+                .shared
+                .log
+                .append_if(thread, events, head, candidate)
+                .await
+            {
+                Ok(ids) => {
+                    let last = ids.last().copied().map_or(head, |id| LogHead {
+                        epoch: id.epoch,
+                        last: id.pos,
+                        ..head
+                    });
+                    c.at = Some((last, Some(next)));
+                    return Ok(ids);
+                }
+                Err(LogError::Conflict(now)) => {
+                    // Someone else appended (or the log was recreated): catch up, check again.
+                    c.at = if now.epoch == head.epoch {
+                        catch_up(&*self.shared.log, thread, head, fold).await?
+                    } else {
+                        None
+                    };
+                }
+                Err(e) => {
+                    // Unknown whether it was appended (timeout): reload next time.
+                    c.at = None;
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(
+            LogError::Unavailable("the thread kept changing under concurrent appends".into())
+                .into(),
+        )
+    }
+
+    fn cached(&self, thread: &ThreadId) -> Arc<Mutex<Cached>> {
+        if let Some(c) = self.shared.threads.get(thread) {
+            return c.clone();
+        }
+        if self.shared.threads.len() > CACHE_SOFT_LIMIT {
+            self.shared.threads.retain(|_, c| match c.try_lock() {
+                Ok(g) => g.used.elapsed() < CACHE_IDLE,
+                Err(_) => true,
+            });
+        }
+        self.shared
+            .threads
+            .entry(thread.clone())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(Cached {
+                    at: None,
+                    since_candidate: 0,
+                    used: Instant::now(),
+                }))
+            })
+            .clone()
+    }
+
+    /// A checkpoint candidate (the prelude of `next`) when enough events went by.
+    fn candidate(&self, c: &mut Cached, n: usize, next: &ThreadFold) -> Option<Bytes> {
+        if self.shared.checkpoint_every == 0 {
+            return None;
+        }
+        c.since_candidate += n;
+        if c.since_candidate < self.shared.checkpoint_every {
+            return None;
+        }
+        c.since_candidate = 0;
+        serde_json::to_vec(&prelude::prelude(next))
+            .ok()
+            .map(Bytes::from)
+    }
+}
+
+/// Folds what was appended after `head` into `fold`. `None` when the fold must be reloaded
+/// (trimmed past `head` meanwhile).
+async fn catch_up(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    mut head: LogHead,
+    mut fold: ThreadFold,
+) -> Result<Option<(LogHead, Option<ThreadFold>)>, LogError> {
+    loop {
+        let from = match head.last_id() {
+            Some(id) => ReadFrom::After(id),
+            None => ReadFrom::Start,
+        };
+        let page = match log.read(thread, from, 512).await {
+            Ok(p) => p,
+            Err(LogError::Gap(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(last) = page.last().map(|e| e.id) else {
+            return Ok(Some((head, Some(fold))));
+        };
+        for e in &page {
+            if let Ok(v) = serde_json::from_slice::<Value>(&e.json) {
+                let _ = fold.apply_logged(&v);
+            }
+        }
+        head.last = last.pos;
+        head.epoch = last.epoch;
+        if page.len() < 512 {
+            return Ok(Some((head, Some(fold))));
+        }
+    }
+}
