@@ -31,6 +31,8 @@ pub struct ErrorBody {
     pub extra: Map<String, Value>,
     /// Seconds for a `Retry-After` header (503).
     pub retry_after: Option<u64>,
+    /// Metric label when finer than `code` (the order rule broken).
+    pub reason: Option<&'static str>,
 }
 
 impl ApiError {
@@ -44,6 +46,7 @@ impl ApiError {
             field: None,
             extra: Map::new(),
             retry_after: None,
+            reason: None,
         }))
     }
 
@@ -67,6 +70,12 @@ impl ApiError {
     /// Sets the batch index.
     pub fn at(mut self, index: usize) -> Self {
         self.0.index = Some(index);
+        self
+    }
+
+    /// Sets the metric label (see [`ApiError::reason`]).
+    pub fn with_reason(mut self, reason: &'static str) -> Self {
+        self.0.reason = Some(reason);
         self
     }
 
@@ -94,9 +103,10 @@ impl ApiError {
         .retry_after(1)
     }
 
-    /// Metric label for `agui_events_rejected_total{reason}`.
+    /// Metric label for `agui_events_rejected_total{reason}`: the error code, or for an
+    /// order violation the rule broken (a bounded set).
     pub fn reason(&self) -> &'static str {
-        self.0.code
+        self.0.reason.unwrap_or(self.0.code)
     }
 
     /// The HTTP status.
@@ -132,7 +142,8 @@ impl From<IngestError> for ApiError {
                 violation.message.clone(),
             )
             .at(index)
-            .with("rule", json!(violation.rule)),
+            .with("rule", json!(violation.rule))
+            .with_reason(violation.rule),
             IngestError::Rejected(Rejection::Patch { index, error }) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "state_delta_not_applicable",
