@@ -13,8 +13,8 @@
 //! checkpoint candidate: the prelude of the fold after the batch (SPEC §6).
 
 use crate::event::{ThreadId, ValidEvent};
-use crate::fold::{Rejection, ThreadFold, load_fold};
-use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom};
+use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
+use crate::log::{EventId, EventLog, LogError, LogHead};
 use crate::prelude;
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -135,11 +135,16 @@ impl Ingest {
                 }
                 Err(LogError::Conflict(now)) => {
                     // Someone else appended (or the log was recreated): catch up, check again.
-                    c.at = if now.epoch == head.epoch {
-                        catch_up(&*self.shared.log, thread, head, fold).await?
-                    } else {
-                        None
-                    };
+                    c.at = None;
+                    if now.epoch == head.epoch {
+                        let mut fold = fold;
+                        match catch_up(&*self.shared.log, thread, &mut fold, head).await {
+                            Ok(head) => c.at = Some((head, Some(fold))),
+                            // Trimmed or recreated meanwhile: reload from scratch.
+                            Err(LogError::Gap(_)) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
                 }
                 Err(e) => {
                     // Unknown whether it was appended (timeout): reload next time.
@@ -190,39 +195,5 @@ impl Ingest {
         serde_json::to_vec(&prelude::prelude(next))
             .ok()
             .map(Bytes::from)
-    }
-}
-
-/// Folds what was appended after `head` into `fold`. `None` when the fold must be reloaded
-/// (trimmed past `head` meanwhile).
-async fn catch_up(
-    log: &dyn EventLog,
-    thread: &ThreadId,
-    mut head: LogHead,
-    mut fold: ThreadFold,
-) -> Result<Option<(LogHead, Option<ThreadFold>)>, LogError> {
-    loop {
-        let from = match head.last_id() {
-            Some(id) => ReadFrom::After(id),
-            None => ReadFrom::Start,
-        };
-        let page = match log.read(thread, from, 512).await {
-            Ok(p) => p,
-            Err(LogError::Gap(_)) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let Some(last) = page.last().map(|e| e.id) else {
-            return Ok(Some((head, Some(fold))));
-        };
-        for e in &page {
-            if let Ok(v) = serde_json::from_slice::<Value>(&e.json) {
-                let _ = fold.apply_logged(&v);
-            }
-        }
-        head.last = last.pos;
-        head.epoch = last.epoch;
-        if page.len() < 512 {
-            return Ok(Some((head, Some(fold))));
-        }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::ThreadFold;
 use crate::event::ThreadId;
-use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom};
+use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom, StreamPos};
 use serde_json::Value;
 
 /// Entries per read while folding.
@@ -57,26 +57,65 @@ async fn fold_until(
     log: &dyn EventLog,
     thread: &ThreadId,
     fold: &mut ThreadFold,
-    mut from: ReadFrom,
+    from: ReadFrom,
     head: LogHead,
 ) -> Result<(), LogError> {
+    fold_range(log, thread, fold, from, Some(head.last))
+        .await
+        .map(|_| ())
+}
+
+/// Folds what was appended after `head` into `fold`, to the end of the log, and returns the
+/// new head position.
+///
+/// # Errors
+/// [`LogError::Gap`] when the log was trimmed past `head` or recreated meanwhile (reload the
+/// fold then); [`LogError::Unavailable`].
+pub async fn catch_up(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    fold: &mut ThreadFold,
+    mut head: LogHead,
+) -> Result<LogHead, LogError> {
+    let from = match head.last_id() {
+        Some(id) => ReadFrom::After(id),
+        None => ReadFrom::Start,
+    };
+    if let Some(last) = fold_range(log, thread, fold, from, None).await? {
+        head.epoch = last.epoch;
+        head.last = last.pos;
+    }
+    Ok(head)
+}
+
+/// Folds entries from `from`, up to `until` when given (else to the end of the log); returns
+/// the id of the last entry folded.
+async fn fold_range(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    fold: &mut ThreadFold,
+    mut from: ReadFrom,
+    until: Option<StreamPos>,
+) -> Result<Option<EventId>, LogError> {
+    let mut folded = None;
     loop {
-        if let ReadFrom::After(id) = from
-            && id.pos >= head.last
+        if let (ReadFrom::After(id), Some(until)) = (from, until)
+            && id.pos >= until
         {
-            return Ok(());
+            return Ok(folded);
         }
         let page = log.read(thread, from, PAGE).await?;
         let Some(last) = page.last().map(|e| e.id) else {
-            return Ok(());
+            return Ok(folded);
         };
-        for e in page.iter().filter(|e| e.id.pos <= head.last) {
+        for e in page.iter().filter(|e| until.is_none_or(|u| e.id.pos <= u)) {
             if let Ok(v) = serde_json::from_slice::<Value>(&e.json) {
                 let _ = fold.apply_logged(&v);
             }
+            folded = Some(e.id);
         }
-        if page.len() < PAGE || last.pos >= head.last {
-            return Ok(());
+        if page.len() < PAGE || until.is_some_and(|u| last.pos >= u) {
+            return Ok(folded);
         }
         from = ReadFrom::After(last);
     }

@@ -30,7 +30,7 @@ mod messages;
 mod patch;
 mod thread;
 
-pub use load::load_fold;
+pub use load::{catch_up, load_fold};
 pub use patch::{PatchError, apply_patch};
 pub use thread::{Rejection, ThreadFold};
 
