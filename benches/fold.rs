@@ -8,11 +8,10 @@ use agui_fanout::fold::{Fold, apply_patch};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use std::hint::black_box;
-use std::path::Path;
 
 fn recorded(stem: &str) -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/agui-recorded/dotnet-getting-started-baselines")
+    let path = agui_fanout::fixtures_dir()
+        .join("agui-recorded/dotnet-getting-started-baselines")
         .join(format!("{stem}.06.Response.Server.AGUI.verified.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(text.trim_start_matches('\u{feff}')).expect("a JSON array of events")

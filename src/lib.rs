@@ -32,3 +32,31 @@ pub mod prelude;
 pub mod queue;
 pub mod replay;
 pub mod sse;
+
+/// Where the shared AG-UI fixtures are (test and bench support; not part of the API).
+///
+/// The fixtures live outside the repository, in the project's shared folder
+/// (`shared/fixtures`). Looked up in order: `$AGUI_FIXTURES_DIR`; `../shared/fixtures` beside
+/// the crate; a `shared/fixtures` folder beside any ancestor of the current directory;
+/// `/work/shared/fixtures` (where the shared folder sits on the project's machines, whatever
+/// folder a clone was made in).
+#[doc(hidden)]
+pub fn fixtures_dir() -> std::path::PathBuf {
+    use std::path::{Path, PathBuf};
+    if let Some(dir) = std::env::var_os("AGUI_FIXTURES_DIR") {
+        return PathBuf::from(dir);
+    }
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    if beside.is_dir() {
+        return beside;
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            let candidate = dir.join("shared/fixtures");
+            if candidate.is_dir() {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from("/work/shared/fixtures")
+}

@@ -355,15 +355,11 @@ fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::path::PathBuf;
 
     /// Every recorded .NET run, and the runs of one test folder concatenated (several runs on
     /// one thread).
     fn recorded_threads() -> Vec<(String, Vec<Value>)> {
-        let root = PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/agui-recorded/dotnet-getting-started-baselines"
-        ));
+        let root = crate::fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines");
         let mut out = Vec::new();
         let mut dirs: Vec<_> = std::fs::read_dir(&root)
             .unwrap()

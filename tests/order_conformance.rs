@@ -9,14 +9,13 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const CONFORMANCE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/agui-recorded/conformance-streams"
-);
-const BASELINES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/agui-recorded/dotnet-getting-started-baselines"
-);
+fn conformance() -> PathBuf {
+    agui_fanout::fixtures_dir().join("agui-recorded/conformance-streams")
+}
+
+fn baselines() -> PathBuf {
+    agui_fanout::fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines")
+}
 
 /// The fatal 1.0/1.1 fixtures and the position of the event `@ag-ui/client` 1.0.0 fails on
 /// (the fixtures give the error text; the position follows from the stream).
@@ -79,7 +78,7 @@ fn conformance_1_0_and_1_1_streams_behave_as_their_expect_block_says() {
     let mut fatal_seen = Vec::new();
     let mut skipped = Vec::new();
     for version in ["spec-1.0", "spec-1.1"] {
-        for path in json_files(&Path::new(CONFORMANCE).join(version)) {
+        for path in json_files(&conformance().join(version)) {
             let (name, stream, expect) = fixture(&path);
             for event in &stream {
                 if validate_value(event.clone(), None).is_err() {
@@ -133,7 +132,7 @@ fn conformance_1_0_and_1_1_streams_behave_as_their_expect_block_says() {
 fn draft_streams_are_accepted_like_the_1_0_client_does() {
     // The draft rules (terminal required, matching run/thread ids, unique interrupt ids)
     // are not enforced by @ag-ui/client 1.0.0, which accepts all five.
-    for path in json_files(&Path::new(CONFORMANCE).join("spec-draft")) {
+    for path in json_files(&conformance().join("spec-draft")) {
         let (name, stream, expect) = fixture(&path);
         assert_eq!(expect["outcome"], "failed", "{name}: a future rule");
         let (_, refused) = replay(&stream);
@@ -144,7 +143,7 @@ fn draft_streams_are_accepted_like_the_1_0_client_does() {
 /// The recorded .NET responses, grouped by test (folder + name before `#`), turns in order.
 fn recorded_tests() -> BTreeMap<String, Vec<PathBuf>> {
     let mut tests: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for step in std::fs::read_dir(BASELINES).expect("baselines present") {
+    for step in std::fs::read_dir(baselines()).expect("baselines present") {
         let step = step.expect("directory entry").path();
         for file in std::fs::read_dir(&step).expect("step folder") {
             let file = file.expect("directory entry").path();

@@ -328,11 +328,9 @@ async fn an_unreachable_broker_is_a_request_error() {
 }
 
 /// The .NET AG-UI baselines (real producer output, each file starting with a UTF-8 BOM) from
-/// the project's shared fixtures, laid beside the crate (`../shared`) on developer machines
-/// and in CI.
+/// the project's shared fixtures (`agui_fanout::fixtures_dir()`).
 fn dotnet_baselines() -> Vec<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/agui-recorded/dotnet-getting-started-baselines");
+    let dir = agui_fanout::fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines");
     let mut files = Vec::new();
     let mut stack = vec![dir];
     while let Some(dir) = stack.pop() {

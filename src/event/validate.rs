@@ -1991,10 +1991,9 @@ mod tests {
 
     // ---- Recorded producer output and conformance fixtures ------------------------------
 
-    const FIXTURES: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/agui-recorded"
-    );
+    fn fixtures() -> PathBuf {
+        crate::fixtures_dir().join("agui-recorded")
+    }
 
     /// Reads a JSON fixture, tolerating the UTF-8 BOM the .NET baselines start with.
     fn read_json(path: &FsPath) -> Value {
@@ -2034,7 +2033,7 @@ mod tests {
 
     #[test]
     fn dotnet_baselines_validate_and_round_trip() {
-        let dir = PathBuf::from(FIXTURES).join("dotnet-getting-started-baselines");
+        let dir = fixtures().join("dotnet-getting-started-baselines");
         let files: Vec<PathBuf> = json_files(&dir)
             .into_iter()
             .filter(|f| {
@@ -2154,7 +2153,7 @@ mod tests {
     /// Validates each event of each file unbound and bound, and compares what was refused
     /// with the table; accepted events must be stored unchanged.
     fn check_fixture_files(dir: &str, table: FileExpectations, events_of: fn(Value) -> Vec<Value>) {
-        let dir = PathBuf::from(FIXTURES).join(dir);
+        let dir = fixtures().join(dir);
         let on_disk: BTreeSet<String> =
             json_files(&dir).iter().map(|f| relative(f, &dir)).collect();
         let listed: BTreeSet<String> = table.iter().map(|(file, _)| (*file).to_owned()).collect();
@@ -2209,7 +2208,7 @@ mod tests {
     /// differs from it (it carries a `null` the SDKs omit) is refused, naming that field.
     #[test]
     fn null_omission_contract() {
-        let fixture = read_json(&PathBuf::from(FIXTURES).join("sdks-fixtures/null-omission.json"));
+        let fixture = read_json(&fixtures().join("sdks-fixtures/null-omission.json"));
         let cases = fixture["stream"].as_array().expect("stream");
         let mut refused = Vec::new();
         for case in cases {
@@ -2239,7 +2238,7 @@ mod tests {
     /// (`THINKING_CONTENT` was never an AG-UI type at all).
     #[test]
     fn dart_sequences_accepted_or_refused_as_listed() {
-        let fixture = read_json(&PathBuf::from(FIXTURES).join("dart-sdk-fixtures/events.json"));
+        let fixture = read_json(&fixtures().join("dart-sdk-fixtures/events.json"));
         let sequences = fixture.as_object().expect("named sequences");
         let expected: &[(&str, &[usize])] = &[
             ("thinking_events", &[1, 2, 3, 4]),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// `../shared/fixtures` relative to the crate.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+    agui_fanout::fixtures_dir()
 }
 
 /// Every recorded .NET server response stream (`…Response.Server.AGUI.verified.json`), sorted.
