@@ -14,7 +14,7 @@
 
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
-use crate::log::{EventId, EventLog, LogError, LogHead};
+use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMark};
 use crate::prelude;
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -31,6 +31,25 @@ const MAX_ATTEMPTS: usize = 32;
 const CACHE_IDLE: Duration = Duration::from_secs(300);
 /// Cache size above which idle threads are dropped.
 const CACHE_SOFT_LIMIT: usize = 10_000;
+
+/// `X-Producer-Id` and `X-Producer-Seq` of a publish: the producer's number of the batch's
+/// first event (events numbered consecutively), SPEC §2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Producer {
+    /// The producer id.
+    pub id: String,
+    /// Number of the batch's first event.
+    pub seq: u64,
+}
+
+/// What a publish appended.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Appended {
+    /// Ids of the events appended now, in order.
+    pub ids: Vec<EventId>,
+    /// Leading events of the batch skipped because their producer had appended them before.
+    pub duplicates: usize,
+}
 
 /// Why a publish was not appended.
 #[derive(Debug, thiserror::Error)]
@@ -80,22 +99,26 @@ impl Ingest {
         }
     }
 
-    /// Appends a schema-valid batch atomically after the order checks; returns the ids.
+    /// Appends a schema-valid batch atomically after the order checks. With a `producer`,
+    /// events whose number that producer already appended on this thread are acknowledged
+    /// and skipped (SPEC §2 idempotent retries), also across nodes.
     ///
     /// # Errors
     /// [`IngestError::Rejected`] with the first offending event (nothing appended);
     /// [`IngestError::Log`] when the backend fails (nothing appended, or, for a timeout, not
-    /// known).
+    /// known: a producer retrying with the same numbers is safe).
     pub async fn append(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
-    ) -> Result<Vec<EventId>, IngestError> {
+        producer: Option<&Producer>,
+    ) -> Result<Appended, IngestError> {
         if events.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Appended::default());
         }
-        if !self.shared.strict_order {
-            return Ok(self.shared.log.append(thread, events).await?);
+        if !self.shared.strict_order && producer.is_none() {
+            let ids = self.shared.log.append(thread, events).await?;
+            return Ok(Appended { ids, duplicates: 0 });
         }
         let values: Vec<Value> = events
             .iter()
@@ -108,20 +131,49 @@ impl Ingest {
         for _ in 0..MAX_ATTEMPTS {
             let (head, fold) = match c.at.take() {
                 Some(at) => at,
-                None => load_fold(&*self.shared.log, thread).await?,
+                None if self.shared.strict_order => load_fold(&*self.shared.log, thread).await?,
+                None => (self.shared.log.head(thread).await?, None),
             };
-            let Some(fold) = fold else {
-                // Trimmed without a checkpoint: the order cannot be checked; append as is.
-                tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
-                let ids = self.shared.log.append(thread, events).await?;
-                return Ok(ids);
+            // Events this producer already appended (numbers up to its mark) are skipped.
+            let skip = match producer {
+                Some(p) => {
+                    let last = self.shared.log.producer_seq(thread, &p.id).await?;
+                    usize::try_from((last + 1).saturating_sub(p.seq))
+                        .unwrap_or(usize::MAX)
+                        .min(events.len())
+                }
+                None => 0,
             };
-            let next = fold.check_batch(&values)?;
-            let candidate = self.candidate(&mut c, events.len(), &next);
+            if skip == events.len() {
+                c.at = Some((head, fold));
+                return Ok(Appended {
+                    ids: Vec::new(),
+                    duplicates: skip,
+                });
+            }
+            let (events_left, values_left) = (&events[skip..], &values[skip..]);
+            let next = match (&fold, self.shared.strict_order) {
+                (Some(fold), true) => Some(fold.check_batch(values_left)?),
+                (None, true) => {
+                    // Trimmed without a checkpoint: the order cannot be checked.
+                    tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
+                    None
+                }
+                (_, false) => None,
+            };
+            let extras = AppendExtras {
+                candidate: next
+                    .as_ref()
+                    .and_then(|n| self.candidate(&mut c, events_left.len(), n)),
+                producer: producer.map(|p| ProducerMark {
+                    id: p.id.clone(),
+                    last_seq: p.seq + events.len() as u64 - 1,
+                }),
+            };
             match self
                 .shared
                 .log
-                .append_if(thread, events, head, candidate)
+                .append_if(thread, events_left, head, extras)
                 .await
             {
                 Ok(ids) => {
@@ -130,14 +182,18 @@ impl Ingest {
                         last: id.pos,
                         ..head
                     });
-                    c.at = Some((last, Some(next)));
-                    return Ok(ids);
+                    c.at = Some((last, next));
+                    return Ok(Appended {
+                        ids,
+                        duplicates: skip,
+                    });
                 }
                 Err(LogError::Conflict(now)) => {
                     // Someone else appended (or the log was recreated): catch up, check again.
                     c.at = None;
-                    if now.epoch == head.epoch {
-                        let mut fold = fold;
+                    if now.epoch == head.epoch
+                        && let Some(mut fold) = fold
+                    {
                         match catch_up(&*self.shared.log, thread, &mut fold, head).await {
                             Ok(head) => c.at = Some((head, Some(fold))),
                             // Trimmed or recreated meanwhile: reload from scratch.

@@ -15,8 +15,8 @@ use agui_fanout::event::{ThreadId, ValidEvent, validate_event};
 use agui_fanout::log::memory::MemoryLog;
 use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
 use agui_fanout::log::{
-    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
-    Retention, StreamPos, Tail, TailItem,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ProducerMark,
+    ReadFrom, ResumeGap, Retention, StreamPos, Tail, TailItem,
 };
 use bytes::Bytes;
 use common::redis_server::RedisServer;
@@ -268,12 +268,47 @@ both_backends! {
     ping_answers: memory_ping_answers, redis_ping_answers;
     tail_shutdown_ends_it: memory_tail_shutdown_ends_it, redis_tail_shutdown_ends_it;
     append_if_compares_epoch_and_last: memory_append_if_compares_epoch_and_last, redis_append_if_compares_epoch_and_last;
+    producer_marks_are_stored_with_the_append: memory_producer_marks_are_stored_with_the_append, redis_producer_marks_are_stored_with_the_append;
     checkpoint_pending_then_promoted: memory_checkpoint_pending_then_promoted, redis_checkpoint_pending_then_promoted;
     checkpoint_rebuilds_fold_under_steady_publishing: memory_checkpoint_rebuilds_fold_under_steady_publishing, redis_checkpoint_rebuilds_fold_under_steady_publishing;
     checkpoint_safety_cap_without_candidates: memory_checkpoint_safety_cap_without_candidates, redis_checkpoint_safety_cap_without_candidates;
     max_age_trims_only_to_checkpoint: memory_max_age_trims_only_to_checkpoint, redis_max_age_trims_only_to_checkpoint;
     max_age_without_checkpoint_trims_nothing: memory_max_age_without_checkpoint_trims_nothing, redis_max_age_without_checkpoint_trims_nothing;
     idle_ttl_expires_thread: memory_idle_ttl_expires_thread, redis_idle_ttl_expires_thread;
+}
+
+/// A producer mark is stored in the same step as the batch, per producer; a conflicting
+/// append stores nothing.
+async fn producer_marks_are_stored_with_the_append(f: Fixture) {
+    let log = f.log().await;
+    let thread = f.thread();
+    assert_eq!(log.producer_seq(&thread, "p1").await.unwrap(), 0);
+    let head = log.head(&thread).await.unwrap();
+    let mark = |id: &str, last_seq| AppendExtras {
+        candidate: None,
+        producer: Some(ProducerMark {
+            id: id.into(),
+            last_seq,
+        }),
+    };
+    log.append_if(&thread, &events(0..3), head, mark("p1", 3))
+        .await
+        .unwrap();
+    assert_eq!(log.producer_seq(&thread, "p1").await.unwrap(), 3);
+    assert_eq!(log.producer_seq(&thread, "p2").await.unwrap(), 0);
+    // A stale head: conflict, and the mark does not move.
+    assert!(matches!(
+        log.append_if(&thread, &events(3..4), head, mark("p1", 4))
+            .await,
+        Err(LogError::Conflict(_))
+    ));
+    assert_eq!(log.producer_seq(&thread, "p1").await.unwrap(), 3);
+    let head = log.head(&thread).await.unwrap();
+    log.append_if(&thread, &events(3..5), head, mark("p2", 7))
+        .await
+        .unwrap();
+    assert_eq!(log.producer_seq(&thread, "p1").await.unwrap(), 3);
+    assert_eq!(log.producer_seq(&thread, "p2").await.unwrap(), 7);
 }
 
 /// Compare-and-append: appends only on the expected head; a stale head gets `Conflict` with
@@ -283,7 +318,7 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
     let thread = f.thread();
     let fresh = log.head(&thread).await.unwrap();
     let ids = log
-        .append_if(&thread, &events(0..3), fresh, None)
+        .append_if(&thread, &events(0..3), fresh, AppendExtras::default())
         .await
         .unwrap();
     assert_eq!(ids.len(), 3);
@@ -291,7 +326,10 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
     assert_eq!(head.last, ids[2].pos);
 
     // Stale position.
-    match log.append_if(&thread, &events(3..4), fresh, None).await {
+    match log
+        .append_if(&thread, &events(3..4), fresh, AppendExtras::default())
+        .await
+    {
         Err(LogError::Conflict(now)) => assert_eq!(now, head),
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -301,7 +339,7 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
         ..head
     };
     assert!(matches!(
-        log.append_if(&thread, &events(3..4), other_epoch, None)
+        log.append_if(&thread, &events(3..4), other_epoch, AppendExtras::default())
             .await,
         Err(LogError::Conflict(_))
     ));
@@ -312,8 +350,13 @@ async fn append_if_compares_epoch_and_last(f: Fixture) {
         let log = log.clone();
         let thread = thread.clone();
         async move {
-            log.append_if(&thread, &events(10 + i..11 + i), head, None)
-                .await
+            log.append_if(
+                &thread,
+                &events(10 + i..11 + i),
+                head,
+                AppendExtras::default(),
+            )
+            .await
         }
     }))
     .await;
@@ -351,7 +394,9 @@ async fn append_with(
     candidate: Option<Bytes>,
 ) -> Vec<EventId> {
     let head = log.head(thread).await.unwrap();
-    log.append_if(thread, evs, head, candidate).await.unwrap()
+    log.append_if(thread, evs, head, candidate.into())
+        .await
+        .unwrap()
 }
 
 /// Asserts that the retained log is exactly `ids[first..]` and that resuming after `ids[i]`
@@ -409,13 +454,13 @@ async fn checkpoint_pending_then_promoted(f: Fixture) {
         ..head
     };
     assert!(matches!(
-        log.append_if(&thread, &evs[20..25], stale, Some(candidate(99)))
+        log.append_if(&thread, &evs[20..25], stale, Some(candidate(99)).into())
             .await,
         Err(LogError::Conflict(_))
     ));
     let now = log.head(&thread).await.unwrap();
     assert!(
-        log.append_if(&thread, &[], now, Some(candidate(98)))
+        log.append_if(&thread, &[], now, Some(candidate(98)).into())
             .await
             .unwrap()
             .is_empty()

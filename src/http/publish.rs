@@ -5,6 +5,7 @@
 
 use super::{ApiError, AppState};
 use crate::event::{ThreadId, ValidEvent, validate_event, validate_value};
+use crate::ingest::Producer;
 use crate::log::EventId;
 use crate::metrics as m;
 use axum::Json;
@@ -88,8 +89,9 @@ async fn publish_inner(
 ) -> Result<Json<Value>, ApiError> {
     let thread = parse_thread(thread)?;
     let format = body_format(headers)?;
+    let producer = producer(headers)?;
     if format == BodyFormat::EventStream {
-        return ingest_sse(state, &thread, body).await;
+        return ingest_sse(state, &thread, body, producer).await;
     }
     let bytes = read_body(body, state.config.limits.max_body_bytes).await?;
     let events = match format {
@@ -99,17 +101,75 @@ async fn publish_inner(
     if events.is_empty() {
         return Err(ApiError::invalid_event("the body holds no event", None));
     }
-    let ids = state.ingest.append(&thread, &events).await?;
-    count_published(&events);
-    Ok(Json(reply(ids.len(), ids.first(), ids.last())))
+    let appended = state
+        .ingest
+        .append(&thread, &events, producer.as_ref())
+        .await?;
+    let ids = &appended.ids;
+    count_published(&events[appended.duplicates..]);
+    Ok(Json(reply(
+        ids.len(),
+        ids.first(),
+        ids.last(),
+        appended.duplicates,
+    )))
 }
 
-fn reply(count: usize, first: Option<&EventId>, last: Option<&EventId>) -> Value {
-    json!({
+/// `X-Producer-Id` and `X-Producer-Seq` (SPEC §2 idempotent retries): both or neither.
+///
+/// # Errors
+/// 400 `invalid_producer` naming the header.
+fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
+    let get = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let bad = |field: &str, message: &str| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_producer", message)
+            .field(Some(field.into()))
+    };
+    match (get("x-producer-id"), get("x-producer-seq")) {
+        (None, None) => Ok(None),
+        (Some(id), Some(seq)) => {
+            ThreadId::parse(id).map_err(|e| {
+                bad(
+                    "X-Producer-Id",
+                    &format!(
+                        "X-Producer-Id: {}",
+                        e.to_string().replace("threadId", "the id")
+                    ),
+                )
+            })?;
+            let seq: u64 = seq.parse().map_err(|_| {
+                bad(
+                    "X-Producer-Seq",
+                    "X-Producer-Seq must be a non-negative integer",
+                )
+            })?;
+            Ok(Some(Producer {
+                id: id.to_string(),
+                seq,
+            }))
+        }
+        (Some(_), None) => Err(bad("X-Producer-Seq", "X-Producer-Id needs X-Producer-Seq")),
+        (None, Some(_)) => Err(bad("X-Producer-Id", "X-Producer-Seq needs X-Producer-Id")),
+    }
+}
+
+/// `{"count","firstId","lastId"}`, plus `"duplicates"` when a producer's retry had events
+/// already appended (acknowledged, not appended again).
+fn reply(
+    count: usize,
+    first: Option<&EventId>,
+    last: Option<&EventId>,
+    duplicates: usize,
+) -> Value {
+    let mut v = json!({
         "count": count,
         "firstId": first.map(ToString::to_string),
         "lastId": last.map(ToString::to_string),
-    })
+    });
+    if duplicates > 0 {
+        v["duplicates"] = json!(duplicates);
+    }
+    v
 }
 
 fn count_published(events: &[ValidEvent]) {
@@ -222,11 +282,14 @@ async fn ingest_sse(
     state: &AppState,
     thread: &ThreadId,
     body: Body,
+    producer: Option<Producer>,
 ) -> Result<Json<Value>, ApiError> {
     let max_event = state.config.limits.max_event_bytes;
     let bytes = guard_event_size(body.into_data_stream(), max_event);
     let mut events = bytes.eventsource().ready_chunks(INGEST_BATCH);
     let mut appended = 0usize;
+    // Events acknowledged as a producer's earlier appends (not appended again).
+    let mut duplicates = 0usize;
     let mut first: Option<EventId> = None;
     let mut last: Option<EventId> = None;
     let fail = |e: ApiError, appended: usize, last: Option<EventId>| {
@@ -237,7 +300,7 @@ async fn ingest_sse(
         let mut batch = Vec::with_capacity(chunk.len());
         let mut error = None;
         for item in chunk {
-            let index = appended + batch.len();
+            let index = appended + duplicates + batch.len();
             let ev = match item {
                 Ok(ev) => ev,
                 Err(e) => {
@@ -269,9 +332,20 @@ async fn ingest_sse(
             }
         }
         if !batch.is_empty() {
-            match state.ingest.append(thread, &batch).await {
-                Ok(ids) => {
-                    count_published(&batch);
+            // The producer numbers events from the ingest's first one.
+            let batch_producer = producer.as_ref().map(|p| Producer {
+                id: p.id.clone(),
+                seq: p.seq + (appended + duplicates) as u64,
+            });
+            match state
+                .ingest
+                .append(thread, &batch, batch_producer.as_ref())
+                .await
+            {
+                Ok(done) => {
+                    let ids = done.ids;
+                    count_published(&batch[done.duplicates..]);
+                    duplicates += done.duplicates;
                     appended += ids.len();
                     first = first.or(ids.first().copied());
                     last = ids.last().copied().or(last);
@@ -279,7 +353,7 @@ async fn ingest_sse(
                 Err(e) => {
                     // The index of an order rejection counts from the start of the ingest.
                     return Err(fail(
-                        ApiError::from(e).offset_index(appended),
+                        ApiError::from(e).offset_index(appended + duplicates),
                         appended,
                         last,
                     ));
@@ -290,7 +364,12 @@ async fn ingest_sse(
             return Err(fail(e, appended, last));
         }
     }
-    Ok(Json(reply(appended, first.as_ref(), last.as_ref())))
+    Ok(Json(reply(
+        appended,
+        first.as_ref(),
+        last.as_ref(),
+        duplicates,
+    )))
 }
 
 /// Fails the byte stream when more than `limit` (+ framing slack) bytes arrive without a

@@ -15,14 +15,14 @@
 //! once nothing (no tail, no call in flight) holds them.
 
 use super::{
-    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
-    Retention, StreamPos, Tail, TailItem,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
+    ResumeGap, Retention, StreamPos, Tail, TailItem,
 };
 use crate::event::{ThreadId, ValidEvent};
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
@@ -83,6 +83,8 @@ struct ThreadInner {
     pending: Option<Pending>,
     /// When the thread was created or last appended to (idle expiry).
     last_append: Instant,
+    /// `X-Producer-Id` → number of its last appended event (idempotent retries).
+    producers: HashMap<String, u64>,
 }
 
 /// A pending checkpoint and when its last entry was appended (`max_age`).
@@ -101,6 +103,7 @@ impl ThreadInner {
             checkpoint: None,
             pending: None,
             last_append: now,
+            producers: HashMap::new(),
         }
     }
 
@@ -240,8 +243,12 @@ impl MemoryLog {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: Option<LogHead>,
-        candidate: Option<Bytes>,
+        extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
+        let AppendExtras {
+            candidate,
+            producer,
+        } = extras;
         let log = self.thread(thread);
         let retention = &self.shared.retention;
         let ids = {
@@ -268,6 +275,9 @@ impl MemoryLog {
                     json: ev.json.clone(),
                 });
                 ids.push(id);
+            }
+            if let Some(mark) = producer {
+                inner.producers.insert(mark.id, mark.last_seq);
             }
             let now = Instant::now();
             inner.last_append = now;
@@ -335,7 +345,7 @@ impl EventLog for MemoryLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.append_checked(thread, events, None, None)
+        self.append_checked(thread, events, None, AppendExtras::default())
     }
 
     async fn append_if(
@@ -343,9 +353,15 @@ impl EventLog for MemoryLog {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
-        candidate: Option<Bytes>,
+        extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
-        self.append_checked(thread, events, Some(expected), candidate)
+        self.append_checked(thread, events, Some(expected), extras)
+    }
+
+    async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError> {
+        let log = self.thread(thread);
+        let inner = log.lock(&self.shared.retention);
+        Ok(inner.producers.get(producer).copied().unwrap_or(0))
     }
 
     async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError> {
@@ -532,7 +548,7 @@ mod tests {
     fn lazy_expiry_without_runtime() {
         let log = MemoryLog::new(retention(Duration::from_millis(20)));
         let thread = ThreadId::parse("lazy").unwrap();
-        let ids = log.append_checked(&thread, &[event()], None, None).unwrap();
+        let ids = log.append_checked(&thread, &[event()], None, AppendExtras::default()).unwrap();
         std::thread::sleep(Duration::from_millis(40));
         let head = log.thread(&thread).lock(&log.shared.retention).head();
         assert_ne!(head.epoch, ids[0].epoch);

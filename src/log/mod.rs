@@ -309,6 +309,35 @@ pub enum LogError {
     Conflict(LogHead),
 }
 
+/// What [`EventLog::append_if`] stores besides the events, in the same atomic step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppendExtras {
+    /// A checkpoint candidate (see [`EventLog::append_if`]).
+    pub candidate: Option<Bytes>,
+    /// The producer's number of the batch's last event, recorded so that a retried batch is
+    /// recognised (SPEC §2 idempotent retries).
+    pub producer: Option<ProducerMark>,
+}
+
+/// A producer's position on a thread: `X-Producer-Id` and the number of its last appended
+/// event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerMark {
+    /// The producer id (1–128 chars of `[A-Za-z0-9._:-]`, like a thread id).
+    pub id: String,
+    /// Number of the last event of the batch.
+    pub last_seq: u64,
+}
+
+impl From<Option<Bytes>> for AppendExtras {
+    fn from(candidate: Option<Bytes>) -> Self {
+        AppendExtras {
+            candidate,
+            producer: None,
+        }
+    }
+}
+
 /// What a [`Tail`] reports to the hub.
 #[derive(Clone, Debug)]
 pub enum TailItem {
@@ -377,8 +406,15 @@ pub trait EventLog: Send + Sync + 'static {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
-        candidate: Option<Bytes>,
+        extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError>;
+
+    /// The last event number appended for `producer` on this thread (SPEC §2 idempotent
+    /// retries, `X-Producer-Id` / `X-Producer-Seq`); `0` when none in the current epoch.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError>;
 
     /// The thread's promoted checkpoint in its current epoch (`None` when there is none: no
     /// candidate was promoted yet, or the thread expired or got a new epoch since). Rebuild a

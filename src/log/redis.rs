@@ -54,8 +54,8 @@
 
 use super::memory::check_resumable;
 use super::{
-    Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap,
-    Retention, StreamPos, Tail, TailItem,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
+    ResumeGap, Retention, StreamPos, Tail, TailItem,
 };
 use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP, INVALID_ENTRIES};
@@ -130,6 +130,7 @@ struct Inner {
 /// The Lua scripts, built once (their SHA1 is computed at construction).
 struct Scripts {
     append: Script,
+    producer: Script,
     read: Script,
     head: Script,
     checkpoint: Script,
@@ -148,12 +149,11 @@ local function ensure_epoch(stream, meta, ckpt, fresh)
   local live = redis.call('EXISTS', stream) == 1
   if (not ep) or string.len(ep) ~= 8 or string.find(ep, '[^0-9a-f]') or (seen and not live) then
     ep = fresh
+    -- A new epoch starts a new log: nothing of the old meta hash (producer marks) carries over.
+    redis.call('DEL', meta)
     redis.call('HSET', meta, 'epoch', ep)
     redis.call('DEL', ckpt)
-    if seen then
-      redis.call('HDEL', meta, 'seen')
-      seen = false
-    end
+    seen = false
   end
   if live and not seen then
     redis.call('HSET', meta, 'seen', '1')
@@ -227,7 +227,9 @@ end
 /// KEYS: stream, meta, ckpt. ARGV: [1] fresh epoch, [2] maxlen and [3] maxlen once the
 /// thread uses checkpoints (`0`: none), [4] expected epoch and [5] expected last entry ID
 /// (both empty: unconditional), [6] `1` when [7] is a checkpoint candidate (else `0`),
-/// [8] `max_age` in ms and [9] `idle_ttl` in ms (`0`: none), then one JSON per event.
+/// [8] `max_age` in ms and [9] `idle_ttl` in ms (`0`: none), [10] producer id (empty: none)
+/// and [11] the number of its last event in the batch (stored as `p:<id>` in the meta hash),
+/// then one JSON per event.
 /// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
 /// last-generated-id is not the expected one (nothing appended, nothing changed).
 const LUA_APPEND: &str = r#"
@@ -238,7 +240,7 @@ if ARGV[4] ~= '' then
     return {'conflict', ep, info}
   end
 end
-if #ARGV < 10 then
+if #ARGV < 12 then
   return {ep, {}}
 end
 if not live then
@@ -250,7 +252,7 @@ if candidate or redis.call('EXISTS', KEYS[3]) == 1 then
   cap = ARGV[3]
 end
 local ids = {}
-for i = 10, #ARGV do
+for i = 12, #ARGV do
   if cap ~= '0' then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
@@ -276,6 +278,9 @@ if ARGV[8] ~= '0' then
     end
   end
 end
+if ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[2], 'p:' .. ARGV[10], ARGV[11])
+end
 if ARGV[9] ~= '0' then
   for i = 1, 3 do
     redis.call('PEXPIRE', KEYS[i], ARGV[9])
@@ -295,6 +300,13 @@ if live and n > 0 then
   entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', n)
 end
 return {ep, info, entries}
+"#;
+
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, producer id. Returns the producer's last
+/// event number in the current epoch (`false` when none).
+const LUA_PRODUCER: &str = r#"
+ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+return redis.call('HGET', KEYS[2], 'p:' .. ARGV[2])
 "#;
 
 /// KEYS: stream, meta, ckpt. ARGV: fresh epoch. Returns `{epoch, info}`.
@@ -321,6 +333,7 @@ impl Scripts {
             // epoch, a few bytes).
             read: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_READ}")),
             head: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_HEAD}")),
+            producer: Script::new(&format!("#!lua flags=allow-oom{LUA_PRELUDE}{LUA_PRODUCER}")),
             checkpoint: Script::new(&format!(
                 "#!lua flags=allow-oom{LUA_PRELUDE}{LUA_CHECKPOINT}"
             )),
@@ -408,8 +421,12 @@ impl RedisLog {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: Option<LogHead>,
-        candidate: Option<Bytes>,
+        extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
+        let AppendExtras {
+            candidate,
+            producer,
+        } = extras;
         self.timed("append", async {
             let keys = self.keys(thread);
             let retention = &self.inner.config.retention;
@@ -425,7 +442,9 @@ impl RedisLog {
                 .arg(if candidate.is_some() { "1" } else { "0" })
                 .arg(candidate.as_deref().unwrap_or_default())
                 .arg(retention.max_age_ms())
-                .arg(retention.idle_ttl_ms());
+                .arg(retention.idle_ttl_ms())
+                .arg(producer.as_ref().map(|p| p.id.as_str()).unwrap_or_default())
+                .arg(producer.as_ref().map_or(0, |p| p.last_seq));
             for ev in events {
                 invocation.arg(&ev.json[..]);
             }
@@ -543,7 +562,8 @@ impl EventLog for RedisLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.append_checked(thread, events, None, None).await
+        self.append_checked(thread, events, None, AppendExtras::default())
+            .await
     }
 
     /// The append script with the expected epoch and `last-generated-id` checked first, in
@@ -556,10 +576,37 @@ impl EventLog for RedisLog {
         thread: &ThreadId,
         events: &[ValidEvent],
         expected: LogHead,
-        candidate: Option<Bytes>,
+        extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
-        self.append_checked(thread, events, Some(expected), candidate)
+        self.append_checked(thread, events, Some(expected), extras)
             .await
+    }
+
+    /// Script: the epoch check (a new epoch clears the meta hash), then `HGET <meta> p:<id>`.
+    async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError> {
+        self.timed("producer", async {
+            let keys = self.keys(thread);
+            let fresh = Epoch::random().to_string();
+            let reply: Value = retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                let mut invocation = self.inner.scripts.producer.key(&keys.stream);
+                invocation
+                    .key(&keys.meta)
+                    .key(&keys.ckpt)
+                    .arg(&fresh)
+                    .arg(producer);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable)?;
+            match reply {
+                Value::Nil => Ok(0),
+                other => string(&other)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| malformed("producer sequence")),
+            }
+        })
+        .await
     }
 
     /// Script: the epoch check (a new epoch deletes the `ckpt` hash), then `HMGET <ckpt> pos

@@ -202,6 +202,15 @@ impl ConnQueue {
         true
     }
 
+    /// What the live lane holds now, as `(frames, bytes)`: the amount [`QueueLimits`] bounds
+    /// (after a reset, the single bridge frame may alone exceed `max_bytes`). The replay lane
+    /// is not counted (it is bounded by the replay task waiting for room). Read-only, for
+    /// tests and diagnostics.
+    pub fn pending(&self) -> (usize, usize) {
+        let q = self.inner.lock();
+        (q.live.len(), q.live_bytes)
+    }
+
     /// The order state after the last frame taken by the writer (the client's view), if
     /// known.
     pub fn client_view(&self) -> Option<Arc<OrderChecker>> {
