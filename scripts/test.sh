@@ -93,6 +93,7 @@ log "cargo test --all-targets"
 cargo test --all-targets --no-fail-fast || status=$?
 log "cargo test --doc"
 cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
+bash loadtest/smoke.sh || { smoke_status=$?; [[ $status -ne 0 ]] || status=$smoke_status; }
 if [[ $status -eq 0 ]]; then
   log "all tests passed"
 else

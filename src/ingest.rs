@@ -128,7 +128,11 @@ impl Ingest {
         let cached = self.cached(thread);
         let mut c = cached.lock().await;
         c.used = Instant::now();
+        // Set when the cached fold was just caught up with the log.
+        let mut caught_up = false;
         for _ in 0..MAX_ATTEMPTS {
+            // Whether the fold was read from the log just now (not this node's cached copy).
+            let fresh = c.at.is_none() || std::mem::take(&mut caught_up);
             let (head, fold) = match c.at.take() {
                 Some(at) => at,
                 None if self.shared.strict_order => load_fold(&*self.shared.log, thread).await?,
@@ -153,7 +157,25 @@ impl Ingest {
             }
             let (events_left, values_left) = (&events[skip..], &values[skip..]);
             let next = match (&fold, self.shared.strict_order) {
-                (Some(fold), true) => Some(fold.check_batch(values_left)?),
+                (Some(f), true) => match f.check_batch(values_left) {
+                    Ok(next) => Some(next),
+                    // Another node may have appended what makes the batch valid (the message
+                    // it writes to, say): refuse only against the log's latest position.
+                    Err(_) if !fresh => {
+                        let (mut f, head) = (f.clone(), head);
+                        c.at = match catch_up(&*self.shared.log, thread, &mut f, head).await {
+                            Ok(head) => Some((head, Some(f))),
+                            Err(LogError::Gap(_)) => None,
+                            Err(e) => return Err(e.into()),
+                        };
+                        caught_up = true;
+                        continue;
+                    }
+                    Err(rejection) => {
+                        c.at = Some((head, fold));
+                        return Err(rejection.into());
+                    }
+                },
                 (None, true) => {
                     // Trimmed without a checkpoint: the order cannot be checked.
                     tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
@@ -195,7 +217,10 @@ impl Ingest {
                         && let Some(mut fold) = fold
                     {
                         match catch_up(&*self.shared.log, thread, &mut fold, head).await {
-                            Ok(head) => c.at = Some((head, Some(fold))),
+                            Ok(head) => {
+                                c.at = Some((head, Some(fold)));
+                                caught_up = true;
+                            }
                             // Trimmed or recreated meanwhile: reload from scratch.
                             Err(LogError::Gap(_)) => {}
                             Err(e) => return Err(e.into()),

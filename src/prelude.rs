@@ -86,7 +86,10 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
         if let Some(s) = state_snapshot(truth) {
             out.push(s);
         }
-        let c_keys = keys(c_open);
+        // The client's chunk-lane items were closed above (and a MESSAGES_SNAPSHOT closes
+        // every lane anyway): re-open them like anything the client does not have open.
+        let lanes = lane_keys(client);
+        let c_keys: HashSet<Key> = keys(c_open).difference(&lanes).cloned().collect();
         reopen(truth, &c_keys, &mut out);
         return out;
     }

@@ -12,7 +12,14 @@
 //! - (b) [`scenario_join_mid_run`]: subscribers that connect, without `Last-Event-ID`, after
 //!   k = 1, 11, 21, … events were published: each starts with a prelude;
 //! - (c) [`scenario_resume_after_trim`]: a subscriber resumes with an id that retention trimmed
-//!   meanwhile: it gets a prelude (the client's messages and state carry over).
+//!   meanwhile: it gets a prelude (the client's messages and state carry over);
+//! - (d) [`scenario_slow`]: a raw TCP subscriber that does not read while a recorded run is
+//!   published is coalesced (SPEC §5), and still folds like the log;
+//! - (e) [`scenario_resets`]: a raw TCP subscriber that reads in bursts is reset several times,
+//!   across run boundaries, and its one connection still passes and folds like the log.
+//!
+//! (d) and (e) run against a broker child process ([`BrokerProcess`]), so that its `/metrics`
+//! counts this subscriber alone; see [`StalledSse`] for how the stall is made certain.
 //!
 //! Needs `node` and `npm ci --prefix tests/node` (scripts/test.sh does it) and, for the redis
 //! pass, the test Redis.
@@ -20,7 +27,15 @@
 mod common;
 
 use common::agui_client::{self as agui, Case, Comparison, Publisher, Source};
-use common::broker;
+use common::broker::{self, BrokerProcess};
+use common::sse_client;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 /// (b): a subscriber joins after k events for k = 1, 1 + JOIN_EVERY, 1 + 2 × JOIN_EVERY, …
@@ -299,4 +314,1012 @@ async fn memory_resume_after_trim_folds_like_the_log() {
         &comparisons,
         &notes,
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d), (e): stalled subscribers on raw TCP sockets
+
+/// Requested `SO_RCVBUF` of a stalled subscriber's socket (Linux doubles it).
+const STALL_RCVBUF: u32 = 4 << 10;
+/// `TCP_MAXSEG` of a stalled subscriber's socket. On loopback the broker's send buffer is
+/// autotuned when the connection is set up, from the MSS (Linux `tcp_sndbuf_expand`: about
+/// 3 × 10 × 128 KiB ≈ 3.9 MB with the 64 KiB loopback MSS, whatever the peer's receive buffer);
+/// a 536-byte MSS keeps it near 100–200 KB, so that little has to be published before the
+/// subscriber is stuck. It only makes the tests cheaper: what they rely on is bounded by
+/// [`stall_capacity`], which does not assume it.
+const STALL_MSS: i32 = 536;
+/// hyper 1.x's HTTP/1 write buffer (`DEFAULT_MAX_BUFFER_SIZE`): it takes another body chunk while
+/// it holds fewer than 16 chunks and fewer bytes than this.
+const HYPER_WRITE_BUF: usize = 8192 + 4096 * 100;
+/// What the kernel may hold beyond the buffer sizes: one send may overshoot the send buffer by a
+/// GSO segment (64 KiB), and windows are rounded.
+const KERNEL_SLACK: usize = 128 << 10;
+/// Most bytes a stalled subscriber reads at a time in a burst (e).
+const BURST_STEP: usize = 16 << 10;
+/// Longest a condition polled on `/metrics` may take.
+const METRIC_WAIT: Duration = Duration::from_secs(20);
+/// [`writer_stuck`]: consecutive `/metrics` answers, this far apart, that must show frames
+/// pending and no write.
+const STUCK_POLLS: usize = 5;
+const STUCK_POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Upper bound of the bytes that can sit between a connection's queue in the broker and a
+/// subscriber that stopped reading: the broker's socket send buffer (the broker does not set
+/// `SO_SNDBUF`, so autotuning caps it at the maximum of `net.ipv4.tcp_wmem`), the subscriber's
+/// receive buffer (`rcvbuf`, as the kernel set it), hyper's write buffer plus the chunk that
+/// takes it over the limit (at most `max_chunk`), and [`KERNEL_SLACK`]. Once more bytes than this
+/// were pushed (and not merged away) since the subscriber last read, the connection's writer
+/// is stuck with frames pending, whatever the kernel actually did.
+fn stall_capacity(rcvbuf: usize, max_chunk: usize) -> usize {
+    let wmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2).and_then(|v| v.parse().ok()))
+        .unwrap_or(16 << 20);
+    wmem_max + rcvbuf + HYPER_WRITE_BUF + max_chunk + KERNEL_SLACK
+}
+
+unsafe extern "C" {
+    /// POSIX `setsockopt(2)`, from the C library std links anyway.
+    fn setsockopt(fd: i32, level: i32, name: i32, value: *const std::ffi::c_void, len: u32) -> i32;
+}
+
+/// Sets `TCP_MAXSEG` (the MSS announced in the SYN) on a socket not yet connected.
+fn set_mss(socket: &TcpSocket, mss: i32) {
+    const IPPROTO_TCP: i32 = 6;
+    const TCP_MAXSEG: i32 = 2;
+    // SAFETY: the descriptor is `socket`'s own open socket, and the value points at a live
+    // `i32` whose size is passed along.
+    let rc = unsafe {
+        setsockopt(
+            socket.as_raw_fd(),
+            IPPROTO_TCP,
+            TCP_MAXSEG,
+            (&raw const mss).cast(),
+            size_of::<i32>() as u32,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setsockopt(TCP_MAXSEG): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A subscriber on a raw TCP socket that reads only when told to: small `SO_RCVBUF` and MSS set
+/// before connecting, `GET` written by hand, the chunked response decoded as it is read.
+struct StalledSse {
+    stream: TcpStream,
+    /// Read and not yet decoded.
+    raw: Vec<u8>,
+    head_done: bool,
+    /// Bytes left in the current chunk, and whether the CRLF after a chunk is due.
+    chunk_left: usize,
+    crlf_due: bool,
+    /// The decoded body (SSE text).
+    body: Vec<u8>,
+    /// `body[..scanned]` is complete frames, already looked at.
+    scanned: usize,
+    /// Every `id:` received, and the newest.
+    ids: HashSet<String>,
+    newest: Option<(String, u64, u64)>,
+    /// Bytes read from the socket.
+    read_total: usize,
+    /// `SO_RCVBUF` as the kernel set it.
+    rcvbuf: usize,
+}
+
+impl StalledSse {
+    /// Connects, subscribes to `thread` (no `Last-Event-ID`) and reads the response head
+    /// (200, chunked), nothing more.
+    async fn connect(addr: SocketAddr, thread: &str) -> StalledSse {
+        let socket = TcpSocket::new_v4().expect("socket");
+        socket
+            .set_recv_buffer_size(STALL_RCVBUF)
+            .expect("SO_RCVBUF");
+        set_mss(&socket, STALL_MSS);
+        let rcvbuf = socket.recv_buffer_size().expect("SO_RCVBUF") as usize;
+        let mut stream = socket.connect(addr).await.expect("connect");
+        let request = format!(
+            "GET /v1/threads/{thread}/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("send the request");
+        let mut s = StalledSse {
+            stream,
+            raw: Vec::new(),
+            head_done: false,
+            chunk_left: 0,
+            crlf_due: false,
+            body: Vec::new(),
+            scanned: 0,
+            ids: HashSet::new(),
+            newest: None,
+            read_total: 0,
+            rcvbuf,
+        };
+        let end = loop {
+            if let Some(end) = find(&s.raw, b"\r\n\r\n") {
+                break end;
+            }
+            s.read_once(1024).await;
+        };
+        let head = String::from_utf8_lossy(&s.raw[..end]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "subscribe: {head}");
+        assert!(
+            head.contains("\r\ntransfer-encoding: chunked"),
+            "a chunked response: {head}"
+        );
+        s.raw.drain(..end + 4);
+        s.head_done = true;
+        s.decode();
+        s
+    }
+
+    /// One read of at most `max` bytes (what is there, at least one byte). Panics if the stream
+    /// ends or nothing comes for [`agui::FRAME_WAIT`].
+    async fn read_once(&mut self, max: usize) -> usize {
+        let mut buf = vec![0u8; max];
+        let n = tokio::time::timeout(agui::FRAME_WAIT, self.stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("nothing to read for {:?}", agui::FRAME_WAIT))
+            .expect("read");
+        assert!(
+            n > 0,
+            "the broker closed the stream; last bytes:\n{}",
+            String::from_utf8_lossy(&self.body[self.body.len().saturating_sub(2000)..])
+        );
+        self.raw.extend_from_slice(&buf[..n]);
+        self.read_total += n;
+        if self.head_done {
+            self.decode();
+        }
+        n
+    }
+
+    /// Reads until a frame with `id: last_id` arrived.
+    async fn read_until(&mut self, last_id: &str) {
+        while !self.ids.contains(last_id) {
+            self.read_once(64 << 10).await;
+        }
+    }
+
+    /// Reads until a frame with an id at or after `id` arrived (a bridge may stand for it).
+    async fn read_through(&mut self, id: &str) {
+        let (epoch, ms, seq) = sse_client::id_key(id);
+        while !self
+            .newest
+            .as_ref()
+            .is_some_and(|(e, m, s)| *e == epoch && (*m, *s) >= (ms, seq))
+        {
+            self.read_once(64 << 10).await;
+        }
+    }
+
+    /// What was received: complete frames, byte for byte.
+    fn body(&self) -> String {
+        String::from_utf8(self.body[..self.scanned].to_vec()).expect("SSE is UTF-8")
+    }
+
+    /// Moves what `raw` holds of the chunked body into `body`, then notes complete frames.
+    fn decode(&mut self) {
+        let mut at = 0;
+        loop {
+            let left = self.raw.len() - at;
+            if self.chunk_left > 0 {
+                let n = self.chunk_left.min(left);
+                if n == 0 {
+                    break;
+                }
+                self.body.extend_from_slice(&self.raw[at..at + n]);
+                at += n;
+                self.chunk_left -= n;
+                self.crlf_due = self.chunk_left == 0;
+            } else if self.crlf_due {
+                if left < 2 {
+                    break;
+                }
+                assert_eq!(&self.raw[at..at + 2], b"\r\n", "CRLF after a chunk");
+                at += 2;
+                self.crlf_due = false;
+            } else {
+                let Some(eol) = find(&self.raw[at..], b"\r\n") else {
+                    break;
+                };
+                let line = std::str::from_utf8(&self.raw[at..at + eol]).expect("chunk size");
+                let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+                    .unwrap_or_else(|e| panic!("chunk size {line:?}: {e}"));
+                assert!(size > 0, "the broker ended the stream");
+                at += eol + 2;
+                self.chunk_left = size;
+            }
+        }
+        self.raw.drain(..at);
+        while let Some(end) = find(&self.body[self.scanned..], b"\n\n") {
+            let frame = &self.body[self.scanned..self.scanned + end];
+            assert!(!frame.contains(&b'\r'), "SSE must use LF only");
+            for line in frame.split(|b| *b == b'\n') {
+                if let Some(id) = line.strip_prefix(b"id: ") {
+                    let id = String::from_utf8_lossy(id).into_owned();
+                    let (epoch, ms, seq) = sse_client::id_key(&id);
+                    self.newest = Some((epoch, ms, seq));
+                    self.ids.insert(id);
+                }
+            }
+            self.scanned += end + 2;
+        }
+    }
+}
+
+/// One frame of a body that carries data.
+struct DataFrame {
+    /// Its `id:`, if any (only the last event of a prelude or bridge has one).
+    id: Option<String>,
+    event: Value,
+    /// Bytes on the wire (the frame and its blank line).
+    bytes: usize,
+}
+
+fn data_frames(body: &str) -> Vec<DataFrame> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut id = None;
+            let mut data = None;
+            for line in block.split('\n') {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_string());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = Some(v);
+                }
+            }
+            let event = serde_json::from_str(data?).expect("data is JSON");
+            Some(DataFrame {
+                id,
+                event,
+                bytes: block.len() + 2,
+            })
+        })
+        .collect()
+}
+
+/// The event types of every bridge in a body received live from an empty thread (so without
+/// prelude): a bridge is a run of frames without `id:` and the frame with `id:` that ends it,
+/// holding a `MESSAGES_SNAPSHOT` (every bridge restates the messages; the published sources
+/// have no `MESSAGES_SNAPSHOT`).
+fn bridges(body: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut group: Vec<String> = Vec::new();
+    for f in data_frames(body) {
+        group.push(f.event["type"].as_str().unwrap_or("?").to_string());
+        if f.id.is_some() {
+            if group.iter().any(|t| t == "MESSAGES_SNAPSHOT") {
+                out.push(std::mem::take(&mut group));
+            }
+            group.clear();
+        }
+    }
+    out
+}
+
+/// `(events, bytes)` of `frames`.
+fn tally(frames: &[DataFrame]) -> (usize, usize) {
+    (frames.len(), frames.iter().map(|f| f.bytes).sum())
+}
+
+async fn metric(base: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sse_client::metric(base, name, labels).await
+}
+
+async fn resets(base: &str) -> f64 {
+    metric(base, "agui_resets_total", &[("cause", "overflow")]).await
+}
+
+async fn overflow_disconnects(base: &str) -> f64 {
+    metric(base, "agui_disconnects_total", &[("cause", "overflow")]).await
+}
+
+async fn coalesced(base: &str) -> f64 {
+    metric(base, "agui_events_coalesced_total", &[]).await
+}
+
+/// Writes to subscribers (one per drain of a connection's queue).
+async fn writes(base: &str) -> f64 {
+    metric(base, "agui_publish_to_write_seconds_count", &[]).await
+}
+
+/// Whether the broker's connection writers are stuck: frames pending in its queues and no write,
+/// on [`STUCK_POLLS`] consecutive `/metrics` answers. Those answers come from the runtime that
+/// would run a writer able to write (and frames pending have woken it), so a writer that shows no
+/// progress across them cannot write. Meant for a broker whose only subscriber that has something
+/// to write is the stalled one.
+async fn writer_stuck(base: &str) -> bool {
+    let before = writes(base).await;
+    for _ in 0..STUCK_POLLS {
+        tokio::time::sleep(STUCK_POLL_EVERY).await;
+        let pending = metric(base, "agui_queue_depth_events", &[]).await;
+        if pending < 1.0 || writes(base).await != before {
+            return false;
+        }
+    }
+    true
+}
+
+/// What signals that a stalled subscriber's queue went over its bound.
+#[derive(Clone, Copy)]
+enum Overfull {
+    /// `agui_events_coalesced_total` rose (d).
+    Coalesced,
+    /// `agui_resets_total{cause="overflow"}` rose (e).
+    Reset,
+}
+
+impl Overfull {
+    async fn count(self, base: &str) -> f64 {
+        match self {
+            Overfull::Coalesced => coalesced(base).await,
+            Overfull::Reset => resets(base).await,
+        }
+    }
+}
+
+/// Publishes `pad(i)` events, one per POST, until `signal` rose and [`writer_stuck`] holds;
+/// returns the bytes of padding published. Panics if more than `capacity` bytes (a bound past
+/// which the writer must be stuck, see [`stall_capacity`]) did not get there.
+async fn pad_until_stuck(
+    base: &str,
+    p: &mut Publisher,
+    pad: impl Fn(usize) -> Value,
+    signal: Overfull,
+    capacity: usize,
+) -> usize {
+    let mut seen = signal.count(base).await;
+    let mut sent = 0usize;
+    for i in 0.. {
+        let e = pad(i);
+        sent += e.to_string().len();
+        publish_own(p, e).await;
+        let now = signal.count(base).await;
+        if now > seen {
+            seen = now;
+            if writer_stuck(base).await {
+                return sent;
+            }
+        }
+        assert!(
+            sent <= capacity,
+            "{sent} bytes of padding and the subscriber is still not stuck"
+        );
+    }
+    unreachable!()
+}
+
+/// Publishes a test's own event (padding), which must be accepted.
+async fn publish_own(p: &mut Publisher, event: Value) {
+    let i = p.accepted.len() + p.skipped.len();
+    if p.publish(i, &event).await.is_none() {
+        panic!("refused: {:?}", p.skipped_notes());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d)
+
+/// (d): `queue.max_events` and `queue.max_bytes` of the slow-subscriber broker.
+const SLOW_MAX_EVENTS: usize = 64;
+const SLOW_MAX_BYTES: usize = 64 << 10;
+/// (d): bytes of `rawEvent` padding in each event of the padding run.
+const SLOW_PAD_BYTES: usize = 8 << 10;
+/// Run and message of the padding run that fills a slow subscriber's connection first (d).
+const PAD_RUN: &str = "agui-fanout-test-padding";
+const PAD_MESSAGE: &str = "agui-fanout-test-padding-m";
+
+/// What a slow subscriber and a fast one received of one recorded run (d).
+struct SlowRow {
+    name: String,
+    log_events: usize,
+    fast: (usize, usize),
+    slow: (usize, usize),
+    coalesced: f64,
+    padding: usize,
+}
+
+/// The frames after the padding run's `RUN_FINISHED`: the recorded run as received.
+fn run_part(body: &str) -> Vec<DataFrame> {
+    let frames = data_frames(body);
+    let end = frames
+        .iter()
+        .position(|f| f.event["type"] == "RUN_FINISHED" && f.event["runId"] == PAD_RUN)
+        .expect("the padding run's RUN_FINISHED");
+    frames.into_iter().skip(end + 1).collect()
+}
+
+/// (d) A raw TCP subscriber connects to a fresh thread and stops reading. A padding run (one
+/// assistant message whose `TEXT_MESSAGE_CONTENT`s carry 8 KiB of `rawEvent`: mergeable) is
+/// published, one event per POST, until the subscriber is stuck ([`pad_until_stuck`]: its queue
+/// went over its bound and was coalesced, and its writer writes no more). Then the recorded run
+/// is published, one event per POST, as fast as the broker answers, and only then does the
+/// subscriber read, up to the run's last id. A fast subscriber reads along from the start. The
+/// slow body, one connection, must pass the client as one stream and fold like the log.
+async fn scenario_slow(
+    broker: &BrokerProcess,
+    source: &Source,
+    notes: &mut Vec<String>,
+) -> Option<(Comparison, SlowRow)> {
+    let base = broker.base();
+    let label = format!("memory/slow/{}", source.name);
+    let thread = broker::thread_id("conf-slow");
+    let events = source.retargeted(&thread);
+    let resets_before = resets(&base).await;
+    let (until, rx) = watch::channel(None);
+    let fast = agui::subscribe_reader(&base, &thread, None, rx).await;
+    let slow = StalledSse::connect(broker.addr, &thread).await;
+
+    let mut pad = Publisher::new(&base, &thread);
+    publish_own(
+        &mut pad,
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": PAD_RUN}),
+    )
+    .await;
+    publish_own(
+        &mut pad,
+        json!({"type": "TEXT_MESSAGE_START", "messageId": PAD_MESSAGE, "role": "assistant"}),
+    )
+    .await;
+    let filler = "x".repeat(SLOW_PAD_BYTES);
+    let padding = pad_until_stuck(
+        &base,
+        &mut pad,
+        |_| {
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": PAD_MESSAGE, "delta": ".",
+                "rawEvent": {"padding": filler}})
+        },
+        Overfull::Coalesced,
+        stall_capacity(slow.rcvbuf, SLOW_MAX_BYTES + SLOW_PAD_BYTES + 1024),
+    )
+    .await;
+    publish_own(
+        &mut pad,
+        json!({"type": "TEXT_MESSAGE_END", "messageId": PAD_MESSAGE}),
+    )
+    .await;
+    publish_own(
+        &mut pad,
+        json!({"type": "RUN_FINISHED", "threadId": thread, "runId": PAD_RUN}),
+    )
+    .await;
+
+    let coalesced_before = coalesced(&base).await;
+    let mut p = Publisher::new(&base, &thread);
+    p.publish_all(&events).await;
+    for s in p.skipped_notes() {
+        notes.push(format!("{label}: skipped at publish: {s}"));
+    }
+    let Some(last) = p.last_id().map(str::to_string) else {
+        notes.push(format!("{label}: no event accepted, nothing to compare"));
+        fast.abort();
+        return None;
+    };
+    let mut slow = slow;
+    slow.read_until(&last).await;
+    until.send_replace(Some(last.clone()));
+    let fast_body = fast.await.expect("fast reader");
+    let slow_body = slow.body();
+    let coalesced_after = coalesced(&base).await;
+    assert_eq!(
+        resets(&base).await,
+        resets_before,
+        "{label}: coalescing alone keeps the slow subscriber within its queue"
+    );
+    let row = SlowRow {
+        name: source.name.clone(),
+        log_events: p.accepted.len(),
+        fast: tally(&run_part(&fast_body)),
+        slow: tally(&run_part(&slow_body)),
+        coalesced: coalesced_after - coalesced_before,
+        padding,
+    };
+    let comparison = Comparison {
+        subject: agui::client_case(&format!("{label}/slow"), &thread, &[slow_body]),
+        reference: log_case(&base, &thread, &last, &label).await,
+        expect: None,
+        label,
+    };
+    Some((comparison, row))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_subscriber_is_coalesced_and_folds_like_the_log() {
+    let test = "slow_subscriber_is_coalesced_and_folds_like_the_log";
+    let broker = BrokerProcess::spawn(&[
+        ("AGUI_QUEUE__MAX_EVENTS", SLOW_MAX_EVENTS.to_string()),
+        ("AGUI_QUEUE__MAX_BYTES", SLOW_MAX_BYTES.to_string()),
+    ])
+    .await;
+    let base = broker.base();
+    let disconnects = overflow_disconnects(&base).await;
+    let mut comparisons = Vec::new();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for source in agui::recorded_sources() {
+        if let Some((c, row)) = scenario_slow(&broker, &source, &mut notes).await {
+            comparisons.push(c);
+            rows.push(row);
+        }
+    }
+    assert_eq!(overflow_disconnects(&base).await, disconnects);
+
+    eprintln!(
+        "{test}: queue.max_events = {SLOW_MAX_EVENTS}, queue.max_bytes = {SLOW_MAX_BYTES}; \
+         the recorded run's frames as received (after the padding run)"
+    );
+    eprintln!(
+        "{:<76} {:>5} {:>6} {:>6} {:>9} {:>9} {:>6} {:>9}",
+        "stream", "log", "fast", "slow", "fast B", "slow B", "coal.", "padding"
+    );
+    for r in &rows {
+        eprintln!(
+            "{:<76} {:>5} {:>6} {:>6} {:>9} {:>9} {:>6} {:>9}",
+            r.name, r.log_events, r.fast.0, r.slow.0, r.fast.1, r.slow.1, r.coalesced, r.padding
+        );
+    }
+    for r in &rows {
+        // More events than the queue holds, published while the writer is stuck: merged.
+        if r.log_events > SLOW_MAX_EVENTS {
+            assert!(
+                r.slow.0 < r.log_events && r.coalesced > 0.0,
+                "{}: the slow subscriber was not coalesced ({} of {} events)",
+                r.name,
+                r.slow.0,
+                r.log_events
+            );
+        }
+        assert!(r.slow.0 <= r.fast.0, "{}: slow got more than fast", r.name);
+    }
+    assert!(
+        rows.iter().any(|r| r.log_events > SLOW_MAX_EVENTS),
+        "some run is long enough"
+    );
+    report(test, &comparisons, &notes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e)
+
+/// (e): `queue.max_events` and `queue.max_bytes` of the resetting broker.
+const RESET_MAX_EVENTS: usize = 8;
+const RESET_MAX_BYTES: usize = 8 << 10;
+/// (e): bytes of padding in each `RAW` padding event (under half the queue's bytes).
+const RESET_PAD_BYTES: usize = 3 << 10;
+
+/// One step of a burst reader's schedule (e).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    /// Publish the source's events up to this index (exclusive), one per POST.
+    Publish(usize),
+    /// Read everything published so far.
+    ReadAll,
+    /// Publish `RAW` padding (inside the open run), one per POST, until the broker reset this
+    /// subscriber and its writer is stuck.
+    PadUntilReset,
+    /// Read until the connection's writer wrote again (it took the bridge).
+    Burst,
+}
+
+/// Index ranges of the runs of `events` (`RUN_STARTED` to its `RUN_FINISHED`/`RUN_ERROR`).
+fn run_ranges(events: &[Value]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, e) in events.iter().enumerate() {
+        match e["type"].as_str() {
+            Some("RUN_STARTED") => start = Some(i),
+            Some("RUN_FINISHED" | "RUN_ERROR") => {
+                if let Some(s) = start.take() {
+                    out.push(s..i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The schedule of (e). Cuts at a third and two thirds of every run, and at `catch_up` (every
+/// cut inside a run, so padding can go there). At each cut: padding until a reset, then a burst
+/// read, except at a run's last cut when another run follows: there the subscriber stays stuck
+/// until the next run's first cut, so that reset bridges from one run to the next. At a
+/// `catch_up` cut the reader reads everything before the padding (its view is the log at the
+/// cut) and after the reset (so the events that follow go out live after the bridge).
+fn reset_schedule(events: &[Value], catch_up: &[usize]) -> Vec<Step> {
+    let runs = run_ranges(events);
+    let mut steps = Vec::new();
+    for (r, run) in runs.iter().enumerate() {
+        let len = run.len();
+        if len < 2 {
+            continue;
+        }
+        let mut cuts: Vec<usize> = [len / 3, 2 * len / 3]
+            .iter()
+            .map(|k| run.start + (*k).clamp(1, len - 1))
+            .chain(catch_up.iter().copied().filter(|c| run.contains(c)))
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        for (c, cut) in cuts.iter().enumerate() {
+            assert!(
+                run.start < *cut && *cut < run.end,
+                "cut {cut} inside {run:?}"
+            );
+            steps.push(Step::Publish(*cut));
+            if catch_up.contains(cut) {
+                steps.extend([Step::ReadAll, Step::PadUntilReset, Step::ReadAll]);
+                continue;
+            }
+            steps.push(Step::PadUntilReset);
+            if c + 1 < cuts.len() || r + 1 == runs.len() {
+                steps.push(Step::Burst);
+            }
+        }
+    }
+    steps.push(Step::Publish(events.len()));
+    steps
+}
+
+/// What a burst reader went through (e).
+struct ResetRow {
+    name: String,
+    log_events: usize,
+    body_events: usize,
+    resets: f64,
+    bridges: usize,
+    crossing: usize,
+    padding: usize,
+    read: usize,
+}
+
+/// (e) A raw TCP subscriber connected to a fresh thread reads only in bursts while `events`
+/// are published (one per POST) following [`reset_schedule`]: at each cut, `RAW` padding is
+/// published in the open run until `agui_resets_total{cause="overflow"}` rose and the writer is
+/// stuck ([`pad_until_stuck`]; the broker is this subscriber's alone), and a burst reads until
+/// `agui_publish_to_write_seconds_count` rises (the writer took the bridge). At the end it reads
+/// up to the last id. Its one connection must pass the client as one stream (SPEC §4.5: a live
+/// reset passes as part of its connection) and fold like the log.
+async fn scenario_resets(
+    broker: &BrokerProcess,
+    name: &str,
+    events: &[Value],
+    thread: &str,
+    catch_up: &[usize],
+    notes: &mut Vec<String>,
+) -> (Comparison, ResetRow) {
+    let base = broker.base();
+    let label = format!("memory/resets/{name}");
+    let mut slow = StalledSse::connect(broker.addr, thread).await;
+    let capacity = stall_capacity(slow.rcvbuf, RESET_MAX_BYTES + (64 << 10));
+    let filler = "x".repeat(RESET_PAD_BYTES);
+    let resets_before = resets(&base).await;
+    let mut p = Publisher::new(&base, thread);
+    let (mut next, mut padding) = (0usize, 0usize);
+    for step in reset_schedule(events, catch_up) {
+        match step {
+            Step::Publish(end) => {
+                while next < end {
+                    if p.publish(next, &events[next]).await.is_none() {
+                        notes.push(format!(
+                            "{label}: skipped at publish: {}",
+                            p.skipped_notes().last().cloned().unwrap_or_default()
+                        ));
+                    }
+                    next += 1;
+                }
+            }
+            Step::ReadAll => {
+                let newest = p.last_id().expect("published").to_string();
+                slow.read_through(&newest).await;
+            }
+            Step::PadUntilReset => {
+                // RAW frames never merge: past the capacity the writer is stuck, and the queue
+                // overflows within its own bound.
+                padding += pad_until_stuck(
+                    &base,
+                    &mut p,
+                    |_| json!({"type": "RAW", "event": {"padding": filler}}),
+                    Overfull::Reset,
+                    capacity + RESET_MAX_BYTES,
+                )
+                .await;
+            }
+            Step::Burst => {
+                let before = writes(&base).await;
+                let deadline = Instant::now() + METRIC_WAIT;
+                while writes(&base).await == before {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{label}: the writer did not write again"
+                    );
+                    slow.read_once(BURST_STEP).await;
+                }
+            }
+        }
+    }
+    let last = p.last_id().expect("events accepted").to_string();
+    slow.read_until(&last).await;
+    let body = slow.body();
+    let found = bridges(&body);
+    let row = ResetRow {
+        name: name.to_string(),
+        log_events: p.accepted.len(),
+        body_events: data_frames(&body).len(),
+        resets: resets(&base).await - resets_before,
+        bridges: found.len(),
+        crossing: found
+            .iter()
+            .filter(|b| b.iter().any(|t| t == "RUN_STARTED"))
+            .count(),
+        padding,
+        read: slow.read_total,
+    };
+    let comparison = Comparison {
+        subject: agui::client_case(&format!("{label}/slow"), thread, &[body]),
+        reference: log_case(&base, thread, &last, &label).await,
+        expect: None,
+        label,
+    };
+    (comparison, row)
+}
+
+/// The recorded responses of each test folder, its turns concatenated in order (several runs on
+/// one thread), named after the folder.
+fn recorded_folders() -> Vec<(String, Vec<Value>)> {
+    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
+    for source in agui::recorded_sources() {
+        let folder = source.name.split('/').next().unwrap_or("").to_string();
+        match out.last_mut() {
+            Some((name, events)) if *name == folder => events.extend(source.events),
+            _ => out.push((folder, source.events)),
+        }
+    }
+    out
+}
+
+/// A hand-made thread in the style of the prelude tests' synthetic one: three runs with
+/// interleaved constructs (text, tool call, reasoning, a step, a subagent's message) and a long
+/// `STATE_DELTA` series. With `failing`, some patches of the series do not apply to the folded
+/// state (a `remove` of a missing key; an `add` then a failing `test`, atomic), which a broker
+/// with order validation refuses (422). With `chunks`, the subagent's message streams as
+/// id-less `TEXT_MESSAGE_CHUNK`s (a chunk lane open for 20 rounds), else as START/CONTENT/END.
+fn synthetic_thread(thread: &str, failing: bool, chunks: bool) -> Vec<Value> {
+    let mut v = vec![
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": "syn-r1",
+            "input": {"threadId": thread, "runId": "syn-r1",
+                "messages": [{"id": "syn-u1", "role": "user", "content": "count"}]}}),
+        json!({"type": "STATE_SNAPSHOT", "snapshot": {"n": 0, "items": [], "log": {}}}),
+        json!({"type": "STEP_STARTED", "stepName": "plan"}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "syn-m1", "role": "assistant"}),
+        json!({"type": "TOOL_CALL_START", "toolCallId": "syn-c1", "toolCallName": "count",
+            "parentMessageId": "syn-m1"}),
+        json!({"type": "REASONING_START", "messageId": "syn-rs"}),
+        json!({"type": "REASONING_MESSAGE_START", "messageId": "syn-rm", "role": "reasoning"}),
+    ];
+    let deltas = |v: &mut Vec<Value>, i: usize, fail_every: usize| {
+        v.push(
+            json!({"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": i}]}),
+        );
+        if i.is_multiple_of(3) {
+            v.push(json!({"type": "STATE_DELTA", "delta": [
+                {"op": "add", "path": "/items/-", "value": i},
+                {"op": "add", "path": format!("/log/k{i}"), "value": "x".repeat(i % 40)}]}));
+        }
+        if failing && i % fail_every == 1 {
+            v.push(json!({"type": "STATE_DELTA",
+                "delta": [{"op": "remove", "path": format!("/missing{i}")}]}));
+        }
+        if failing && i % (fail_every + 4) == 2 {
+            v.push(json!({"type": "STATE_DELTA", "delta": [
+                {"op": "add", "path": "/partial", "value": i},
+                {"op": "test", "path": "/n", "value": -1}]}));
+        }
+    };
+    for i in 0..150 {
+        v.push(
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "syn-m1",
+            "delta": format!("{i} ")}),
+        );
+        deltas(&mut v, i, 5);
+        if i.is_multiple_of(4) {
+            v.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": "syn-c1",
+                "delta": format!("[{i}]")}));
+        }
+        if i.is_multiple_of(6) {
+            v.push(
+                json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "syn-rm",
+                "delta": format!("t{i} ")}),
+            );
+        }
+        if i == 100 {
+            v.push(
+                json!({"type": "SUBAGENT_STARTED", "subagentRunId": "syn-s1", "name": "helper"}),
+            );
+            if !chunks {
+                v.push(json!({"type": "TEXT_MESSAGE_START", "messageId": "syn-m2",
+                    "role": "assistant", "subagentRunId": "syn-s1"}));
+            }
+        }
+        if (100..120).contains(&i) {
+            let delta = format!("s{i} ");
+            v.push(if !chunks {
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "syn-m2", "delta": delta,
+                    "subagentRunId": "syn-s1"})
+            } else if i == 100 {
+                json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "syn-m2", "delta": delta,
+                    "subagentRunId": "syn-s1"})
+            } else {
+                json!({"type": "TEXT_MESSAGE_CHUNK", "delta": delta, "subagentRunId": "syn-s1"})
+            });
+        }
+        if i == 120 {
+            if !chunks {
+                v.push(json!({"type": "TEXT_MESSAGE_END", "messageId": "syn-m2",
+                    "subagentRunId": "syn-s1"}));
+            }
+            v.push(json!({"type": "SUBAGENT_FINISHED", "subagentRunId": "syn-s1"}));
+        }
+    }
+    v.extend([
+        json!({"type": "REASONING_MESSAGE_END", "messageId": "syn-rm"}),
+        json!({"type": "REASONING_END", "messageId": "syn-rs"}),
+        json!({"type": "TOOL_CALL_END", "toolCallId": "syn-c1"}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "syn-m1"}),
+        json!({"type": "STEP_FINISHED", "stepName": "plan"}),
+        json!({"type": "TOOL_CALL_RESULT", "messageId": "syn-tr1", "toolCallId": "syn-c1",
+            "content": "ok"}),
+        json!({"type": "RUN_FINISHED", "threadId": thread, "runId": "syn-r1", "result": {"x": 1}}),
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": "syn-r2"}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "syn-m3", "role": "assistant"}),
+    ]);
+    for i in 150..230 {
+        v.push(
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "syn-m3",
+            "delta": format!("{i} ")}),
+        );
+        deltas(&mut v, i, 4);
+    }
+    v.extend([
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "syn-m3"}),
+        json!({"type": "RUN_FINISHED", "threadId": thread, "runId": "syn-r2"}),
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": "syn-r3"}),
+    ]);
+    for i in 230..290 {
+        deltas(&mut v, i, 3);
+    }
+    v.push(json!({"type": "RUN_ERROR", "message": "syn-r3 failed", "code": "SYNTHETIC"}));
+    v
+}
+
+/// Prints the (e) table and checks that each burst reader was reset, and received a bridge,
+/// at least twice.
+fn check_resets(test: &str, rows: &[ResetRow]) {
+    eprintln!("{test}: queue.max_events = {RESET_MAX_EVENTS}, queue.max_bytes = {RESET_MAX_BYTES}");
+    eprintln!(
+        "{:<10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>9} {:>9}",
+        "thread", "log", "body", "resets", "bridges", "crossing", "padding", "read"
+    );
+    for r in rows {
+        eprintln!(
+            "{:<10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>9} {:>9}",
+            r.name, r.log_events, r.body_events, r.resets, r.bridges, r.crossing, r.padding, r.read
+        );
+    }
+    for r in rows {
+        assert!(r.resets >= 2.0, "{}: reset {} times", r.name, r.resets);
+        assert!(r.bridges >= 2, "{}: {} bridges received", r.name, r.bridges);
+    }
+}
+
+/// Spawns the (e) broker: a memory log, `queue.max_events` 8, `queue.max_bytes` 8 KiB.
+async fn resets_broker(strict_order: bool) -> BrokerProcess {
+    BrokerProcess::spawn(&[
+        ("AGUI_QUEUE__MAX_EVENTS", RESET_MAX_EVENTS.to_string()),
+        ("AGUI_QUEUE__MAX_BYTES", RESET_MAX_BYTES.to_string()),
+        ("AGUI_STRICT_ORDER", strict_order.to_string()),
+    ])
+    .await
+}
+
+/// (e) on `threads` (name, events retargeted to the thread, thread, catch-up cuts), one after
+/// the other on `broker`; every multi-run thread must have received a bridge from one run to
+/// the next.
+async fn resets_test(
+    test: &str,
+    broker: &BrokerProcess,
+    threads: &[(String, Vec<Value>, String, Vec<usize>)],
+) {
+    let base = broker.base();
+    let disconnects = overflow_disconnects(&base).await;
+    let mut comparisons = Vec::new();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for (name, events, thread, catch_up) in threads {
+        let (c, row) = scenario_resets(broker, name, events, thread, catch_up, &mut notes).await;
+        comparisons.push(c);
+        rows.push(row);
+    }
+    assert_eq!(
+        overflow_disconnects(&base).await,
+        disconnects,
+        "every overflow was a reset, none a disconnect"
+    );
+    check_resets(test, &rows);
+    for ((name, events, ..), r) in threads.iter().zip(&rows) {
+        if run_ranges(events).len() > 1 {
+            assert!(
+                r.crossing >= 1,
+                "{name}: no bridge from one run to the next"
+            );
+        }
+    }
+    assert!(notes.is_empty(), "every event accepted: {notes:?}");
+    report(test, &comparisons, &notes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_reader_reset_several_times_folds_like_the_log() {
+    let broker = resets_broker(true).await;
+    let mut threads: Vec<(String, Vec<Value>, String, Vec<usize>)> = recorded_folders()
+        .into_iter()
+        .map(|(name, mut events)| {
+            let thread = broker::thread_id("conf-resets");
+            common::fixtures::retarget(&mut events, &thread);
+            (name, events, thread, Vec::new())
+        })
+        .collect();
+    let thread = broker::thread_id("conf-resets");
+    let events = synthetic_thread(&thread, false, false);
+    threads.push(("synthetic".into(), events, thread, Vec::new()));
+    resets_test(
+        "burst_reader_reset_several_times_folds_like_the_log",
+        &broker,
+        &threads,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_reader_reset_through_failing_state_deltas_folds_like_the_log() {
+    let broker = resets_broker(false).await;
+    let thread = broker::thread_id("conf-resets-failing");
+    let events = synthetic_thread(&thread, true, false);
+    resets_test(
+        "burst_reader_reset_through_failing_state_deltas_folds_like_the_log",
+        &broker,
+        &[("synthetic".into(), events, thread, Vec::new())],
+    )
+    .await;
+}
+
+/// (e) with the reader caught up while a subagent's id-less `TEXT_MESSAGE_CHUNK` lane is open,
+/// then reset while it is still open, then caught up again before the lane's next chunks: the
+/// bridge closes the client's lane (a lane-closing `STATE_SNAPSHOT`, and its `MESSAGES_SNAPSHOT`
+/// closes every lane) and must re-open it (a content-less chunk with the lane's `messageId`), or
+/// the next id-less chunk, live after the bridge, is fatal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_reader_reset_inside_a_chunk_lane_folds_like_the_log() {
+    let broker = resets_broker(true).await;
+    let thread = broker::thread_id("conf-resets-lane");
+    let events = synthetic_thread(&thread, false, true);
+    let inside = events
+        .iter()
+        .position(|e| e["type"] == "TEXT_MESSAGE_CHUNK" && e["delta"] == "s105 ")
+        .expect("the chunk lane");
+    resets_test(
+        "burst_reader_reset_inside_a_chunk_lane_folds_like_the_log",
+        &broker,
+        &[("synthetic".into(), events, thread, vec![inside])],
+    )
+    .await;
 }

@@ -347,26 +347,80 @@ impl Hub {
                     thread,
                     head,
                     reason,
-                } => {
-                    tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, "log discontinuity under the tail; disconnecting the thread's subscribers");
-                    // The fold no longer stands for the log: drop the thread hub (the next
-                    // subscriber rebuilds it) and end its streams; clients come back with
-                    // their last id and get a prelude.
-                    let removed = self.shared.threads.remove_if(&thread, |_, th| {
-                        th.state.lock().removed = true;
-                        self.shared.tail.unfollow(&thread);
+                } => self.discontinuity(&thread, head, reason).await,
+            }
+        }
+    }
+
+    /// The tail lost continuity. Trimmed past the tail in the same epoch (a tail that fell
+    /// behind retention): rebuild the fold at the log's head and reset every subscriber to it
+    /// with a bridge (SPEC §5), as for a slow subscriber. Otherwise (a recreated log), or when
+    /// no bridge can be built: end the thread's streams; clients come back with their last id
+    /// and get a prelude.
+    async fn discontinuity(&self, thread: &ThreadId, head: LogHead, reason: ResumeGap) {
+        let Some(th) = self.shared.threads.get(thread).map(|t| t.clone()) else {
+            return;
+        };
+        let same_epoch = th.state.lock().head.is_some_and(|h| h.epoch == head.epoch);
+        if reason == ResumeGap::Trimmed
+            && same_epoch
+            && let Ok((now, Some(fold))) = load_fold(&*self.shared.log, thread).await
+            && now.epoch == head.epoch
+        {
+            let mut st = th.state.lock();
+            if !st.removed {
+                let view = Some(Arc::new(fold.checker().clone()));
+                let id = EventId {
+                    epoch: now.epoch,
+                    pos: now.last,
+                };
+                let born = Instant::now();
+                let mut resets = 0u64;
+                let mut closed = 0u64;
+                st.subscribers.retain(|(_, q)| {
+                    let events = q
+                        .client_view()
+                        .map(|client| prelude::bridge(&client, &fold))
+                        .unwrap_or_default();
+                    if !events.is_empty()
+                        && q.reset(Frame::synthesised(id, &events, born, view.clone()))
+                    {
+                        resets += 1;
                         true
-                    });
-                    if let Some((_, th)) = removed {
-                        let mut st = th.state.lock();
-                        st.head = Some(head);
-                        st.cursor = head.last;
-                        for (_, q) in st.subscribers.drain(..) {
-                            q.close(CloseReason::Discontinuity);
-                            metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str()).increment(1);
-                        }
+                    } else {
+                        q.close(CloseReason::Discontinuity);
+                        closed += 1;
+                        false
                     }
-                }
+                });
+                st.head = Some(now);
+                st.cursor = now.last;
+                st.fold = Some(fold);
+                st.view = view;
+                drop(st);
+                tracing::info!(%thread, resets, closed, "the tail fell behind retention; subscribers reset to the fold at the head");
+                metrics::counter!(m::RESETS, "cause" => "trimmed").increment(resets);
+                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                    .increment(closed);
+                return;
+            }
+        }
+        tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, "log discontinuity under the tail; disconnecting the thread's subscribers");
+        // The fold no longer stands for the log: drop the thread hub (the next subscriber
+        // rebuilds it) and end its streams.
+        let removed = self.shared.threads.remove_if(thread, |_, th| {
+            th.state.lock().removed = true;
+            self.shared.tail.unfollow(thread);
+            true
+        });
+        if let Some((_, th)) = removed {
+            let mut st = th.state.lock();
+            st.head = Some(head);
+            st.cursor = head.last;
+            for (_, q) in st.subscribers.drain(..) {
+                q.close(CloseReason::Discontinuity);
+                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                    .increment(1);
             }
         }
     }

@@ -548,7 +548,9 @@ mod tests {
     fn lazy_expiry_without_runtime() {
         let log = MemoryLog::new(retention(Duration::from_millis(20)));
         let thread = ThreadId::parse("lazy").unwrap();
-        let ids = log.append_checked(&thread, &[event()], None, AppendExtras::default()).unwrap();
+        let ids = log
+            .append_checked(&thread, &[event()], None, AppendExtras::default())
+            .unwrap();
         std::thread::sleep(Duration::from_millis(40));
         let head = log.thread(&thread).lock(&log.shared.retention).head();
         assert_ne!(head.epoch, ids[0].epoch);

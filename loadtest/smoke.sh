@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# CI smoke run of the load generator (called by scripts/test.sh after the cargo tests):
+#   1. runs the load generator's unit tests and builds both binaries (debug);
+#   2. starts a broker on a free loopback port (memory backend);
+#   3. runs a 10-second `fanout` scenario (1 thread x 50 subscribers, 200 events/s) and a short
+#      `resume-storm` (50 subscribers drop and resume with Last-Event-ID at once);
+#   4. stops the broker (SIGTERM, then waits for it).
+# Fails when a scenario reports a gap, a duplicate, a connect error, a missing delivery or an
+# inexact resume (the load generator's exit code). Nothing here asserts on timing: latency and
+# throughput are printed, not checked.
+# Results go to $SMOKE_OUT (default loadtest/results/smoke, git-ignored).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+OUT=${SMOKE_OUT:-loadtest/results/smoke}
+BROKER=target/debug/agui-fanout
+LOADTEST=target/debug/agui-loadtest
+
+log "cargo test -p agui-loadtest"
+cargo test -p agui-loadtest
+log "building agui-fanout and agui-loadtest (debug)"
+cargo build -p agui-fanout -p agui-loadtest --bins
+
+mkdir -p "$OUT"
+broker_log=$(mktemp)
+broker_pid=
+
+stop_broker() {
+  [[ -n $broker_pid ]] || return 0
+  if kill -0 "$broker_pid" 2>/dev/null; then
+    kill -TERM "$broker_pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+      kill -0 "$broker_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$broker_pid" 2>/dev/null; then
+      log "broker $broker_pid still running 30 s after SIGTERM: SIGKILL"
+      kill -KILL "$broker_pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$broker_pid" 2>/dev/null || true
+  broker_pid=
+}
+trap 'stop_broker; rm -f "$broker_log"' EXIT
+
+# Port 0: the kernel picks a free port; the broker logs the address it bound.
+log "starting the broker (memory backend) on a free loopback port"
+AGUI_LOG=info AGUI_REDIS_URL= "$BROKER" serve --listen 127.0.0.1:0 >"$broker_log" 2>&1 &
+broker_pid=$!
+addr=
+for _ in $(seq 1 300); do
+  addr=$(sed 's/\x1b\[[0-9;]*m//g' "$broker_log" | grep -o 'listening addr=[0-9.:]*' | head -n1 | cut -d= -f2 || true)
+  [[ -n $addr ]] && break
+  if ! kill -0 "$broker_pid" 2>/dev/null; then
+    log "the broker exited before listening:"
+    cat "$broker_log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if [[ -z $addr ]]; then
+  log "the broker did not report its address within 30 s:"
+  cat "$broker_log" >&2
+  exit 1
+fi
+log "broker pid $broker_pid listening on $addr"
+
+common=(--url "http://$addr" --broker-pid "$broker_pid" --out "$OUT" --quiet)
+status=0
+
+log "fanout: 1 thread x 50 subscribers, 200 events/s for 10 s"
+"$LOADTEST" "${common[@]}" --label smoke-fanout \
+  fanout --subscribers 50 --rate 200 --duration 10 --drain-timeout 60 || status=$?
+[[ $status -eq 0 ]] || log "fanout smoke FAILED (exit code $status)"
+
+log "resume-storm: 50 subscribers reconnect with Last-Event-ID at once, 200 events/s for 4 s"
+storm_status=0
+"$LOADTEST" "${common[@]}" --label smoke-resume-storm \
+  resume-storm --subscribers 50 --rate 200 --duration 4 --storm-at 2 --drain-timeout 60 \
+  || storm_status=$?
+if [[ $storm_status -ne 0 ]]; then
+  log "resume-storm smoke FAILED (exit code $storm_status)"
+  [[ $status -ne 0 ]] || status=$storm_status
+fi
+
+stop_broker
+if [[ $status -eq 0 ]]; then
+  log "loadtest smoke passed (results in $OUT)"
+else
+  log "loadtest smoke failed (exit code $status); broker log:"
+  tail -n 50 "$broker_log" >&2 || true
+fi
+exit "$status"
