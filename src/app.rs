@@ -119,9 +119,13 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
             let stop = stop.clone();
             async move {
                 stop.cancelled().await;
-                tracing::info!(drain = ?drain, "draining: readiness off, streams end within the drain period");
+                tracing::info!(drain = ?drain, "draining: readiness off, new streams refused (503), open streams end within the drain period");
                 draining.store(true, Ordering::Relaxed);
                 drain_token.cancel();
+                // Keep answering during the drain (503 on /readyz and new streams, publishes
+                // still accepted) so load balancers see the node leave; then stop accepting
+                // and let in-flight requests finish.
+                tokio::time::sleep(drain).await;
             }
         };
         let serve = axum::serve(listener, router).with_graceful_shutdown(graceful);

@@ -64,6 +64,8 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(COALESCED, "Events merged away by coalescing, by type.");
+    describe_counter!(RESETS, "Snapshot-and-resets of subscribers, by cause.");
     describe_gauge!(CONNECTIONS, "Open SSE connections on this node.");
     describe_counter!(PUBLISHED, "Events appended to thread logs, by type.");
     describe_counter!(DELIVERED, "Events written to subscribers, by type.");

@@ -39,3 +39,38 @@ async fn publish_subscribe_resume_memory() {
     assert_eq!(from_start.take(5, Duration::from_secs(5)).await, got);
     server.stop().await;
 }
+
+/// SIGTERM semantics (SPEC §9): during the drain period the node still answers, but
+/// `/readyz` and new streams get 503, while open streams end themselves; then it stops.
+#[tokio::test]
+async fn draining_node_answers_503_then_stops() {
+    let server = broker::start(|c| c.shutdown.drain = Duration::from_secs(2)).await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("drain");
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+    let mut open = sse_client::open_raw(&base, &thread, "", None).await;
+    server.shutdown.cancel();
+    // The drain flag is set as soon as the shutdown starts; poll until it shows.
+    let mut ready = 200;
+    for _ in 0..100 {
+        ready = client.get(format!("{base}/readyz")).send().await.unwrap().status().as_u16();
+        if ready == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ready, 503, "readiness off while draining");
+    let sub = client
+        .get(format!("{base}/v1/threads/{thread}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sub.status(), 503, "new streams refused while draining");
+    assert!(sub.headers().contains_key("retry-after"));
+    let (frames, _) = open.read_to_end(Duration::from_secs(10)).await;
+    assert!(frames.iter().any(|f| f.retry.is_some()), "the open stream ends with a retry:");
+    tokio::time::timeout(Duration::from_secs(15), server.wait())
+        .await
+        .expect("the server stops after the drain");
+}
