@@ -67,6 +67,22 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     Ok(Arc::new(RedisLog::connect(redis).await?))
 }
 
+/// Pending connections the listen socket queues (tokio's default is 1,024): a resume storm
+/// after a deploy brings thousands of reconnects at once.
+const LISTEN_BACKLOG: u32 = 8_192;
+
+/// Binds a listening socket with [`LISTEN_BACKLOG`] (the kernel caps it at `somaxconn`).
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Binds `config.listen`, starts serving, and returns at once. Cancel [`Server::shutdown`]
 /// (or let `main` do it on SIGTERM/SIGINT) to drain and stop.
 ///
@@ -82,7 +98,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
 /// # Errors
 /// The address cannot be bound.
 pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = bind(config.listen)?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
