@@ -47,7 +47,11 @@ fn frames(events: &[Value]) -> Vec<Frame> {
         .map(|(i, ev)| {
             let t = event_type(ev);
             let (clean, state_after) = match fold.apply_logged(ev) {
-                Ok(applied) if applied.iter().any(|a| matches!(a, Applied::StateDelta(Err(_)))) => {
+                Ok(applied)
+                    if applied
+                        .iter()
+                        .any(|a| matches!(a, Applied::StateDelta(Err(_)))) =>
+                {
                     (false, Some(Arc::new(fold.fold().state().clone())))
                 }
                 Ok(_) => (true, None),
@@ -147,11 +151,21 @@ fn patch(doc: &Value, ops: &[Value]) -> Option<Value> {
 fn coalesce_benches(c: &mut Criterion) {
     coalesce_backlog(c, "text_deltas_1000", &frames(&text_deltas(1000)));
     // Without the leading snapshot: 1 000 deltas, all clean.
-    coalesce_backlog(c, "state_deltas_1000_clean", &frames(&state_deltas(1000))[1..]);
+    coalesce_backlog(
+        c,
+        "state_deltas_1000_clean",
+        &frames(&state_deltas(1000))[1..],
+    );
     let (name, events) = largest_recorded();
-    eprintln!("largest recorded response: {name} ({} events)", events.len());
+    eprintln!(
+        "largest recorded response: {name} ({} events)",
+        events.len()
+    );
     coalesce_backlog(c, "recorded_largest_response", &frames(&events));
-    let all: Vec<Value> = recorded_files().iter().flat_map(|p| read_events(p)).collect();
+    let all: Vec<Value> = recorded_files()
+        .iter()
+        .flat_map(|p| read_events(p))
+        .collect();
     coalesce_backlog(c, "recorded_all_responses", &frames(&all));
 }
 
@@ -161,20 +175,27 @@ fn encode_benches(c: &mut Criterion) {
         .iter()
         .map(|ev| {
             let t = event_type(ev);
-            (t, serde_json::to_vec(ev).expect("serialisable"), MergeKey::of(t, ev, true, None))
+            (
+                t,
+                serde_json::to_vec(ev).expect("serialisable"),
+                MergeKey::of(t, ev, true, None),
+            )
         })
         .collect();
     let bytes: usize = encoded.iter().map(|(_, j, _)| j.len()).sum();
     let mut group = c.benchmark_group("sse_encode");
     group.throughput(Throughput::Elements(encoded.len() as u64));
-    group.bench_function(format!("frame_new_recorded_{}B", bytes / encoded.len()), |b| {
-        let born = Instant::now();
-        b.iter(|| {
-            for (i, (t, json, merge)) in encoded.iter().enumerate() {
-                black_box(Frame::new(id(i as u64 + 1), *t, json, born, merge.clone()));
-            }
-        })
-    });
+    group.bench_function(
+        format!("frame_new_recorded_{}B", bytes / encoded.len()),
+        |b| {
+            let born = Instant::now();
+            b.iter(|| {
+                for (i, (t, json, merge)) in encoded.iter().enumerate() {
+                    black_box(Frame::new(id(i as u64 + 1), *t, json, born, merge.clone()));
+                }
+            })
+        },
+    );
     group.finish();
 }
 
@@ -187,7 +208,8 @@ fn fan_out_benches(c: &mut Criterion) {
     let queues: Vec<ConnQueue> = (0..QUEUES)
         .map(|_| ConnQueue::new(limits, StreamPos::ZERO, false, None))
         .collect();
-    let ev = json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "msg_0001", "delta": "Hello, world"});
+    let ev =
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "msg_0001", "delta": "Hello, world"});
     let t = event_type(&ev);
     let json = serde_json::to_vec(&ev).expect("serialisable");
     let mut seq = 0u64;

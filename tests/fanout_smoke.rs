@@ -48,13 +48,27 @@ async fn draining_node_answers_503_then_stops() {
     let base = broker::base(server.addr);
     let thread = broker::thread_id("drain");
     let client = reqwest::Client::new();
-    assert_eq!(client.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let mut open = sse_client::open_raw(&base, &thread, "", None).await;
     server.shutdown.cancel();
     // The drain flag is set as soon as the shutdown starts; poll until it shows.
     let mut ready = 200;
     for _ in 0..100 {
-        ready = client.get(format!("{base}/readyz")).send().await.unwrap().status().as_u16();
+        ready = client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
         if ready == 503 {
             break;
         }
@@ -69,7 +83,10 @@ async fn draining_node_answers_503_then_stops() {
     assert_eq!(sub.status(), 503, "new streams refused while draining");
     assert!(sub.headers().contains_key("retry-after"));
     let (frames, _) = open.read_to_end(Duration::from_secs(10)).await;
-    assert!(frames.iter().any(|f| f.retry.is_some()), "the open stream ends with a retry:");
+    assert!(
+        frames.iter().any(|f| f.retry.is_some()),
+        "the open stream ends with a retry:"
+    );
     tokio::time::timeout(Duration::from_secs(15), server.wait())
         .await
         .expect("the server stops after the drain");
