@@ -16,8 +16,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf '==> %s\n' "$*" >&2; }
 
 OUT=${SMOKE_OUT:-loadtest/results/smoke}
-BROKER=target/debug/agui-fanout
-LOADTEST=target/debug/agui-loadtest
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+BROKER=$TARGET_DIR/debug/agui-fanout
+LOADTEST=$TARGET_DIR/debug/agui-loadtest
 
 log "cargo test -p agui-loadtest"
 cargo test -p agui-loadtest
