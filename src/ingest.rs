@@ -60,6 +60,10 @@ pub enum IngestError {
     /// The log backend failed, or appends kept conflicting (HTTP 503).
     #[error(transparent)]
     Log(#[from] LogError),
+    /// A batch larger than twice `retention.max_events`: it could be trimmed before a
+    /// checkpoint stands for it (HTTP 413).
+    #[error("a batch may hold at most {0} events (2 × retention.max_events)")]
+    BatchTooLarge(usize),
 }
 
 /// The publish pipeline. Cheap to clone.
@@ -115,6 +119,12 @@ impl Ingest {
     ) -> Result<Appended, IngestError> {
         if events.is_empty() {
             return Ok(Appended::default());
+        }
+        // Up to twice the retained count: with checkpoints every `max_events`, the log's
+        // safety cap (4 × `max_events`) then never trims past the newest checkpoint.
+        let max_batch = self.shared.checkpoint_every.saturating_mul(2);
+        if max_batch > 0 && events.len() > max_batch {
+            return Err(IngestError::BatchTooLarge(max_batch));
         }
         if !self.shared.strict_order && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;

@@ -316,7 +316,12 @@ const BEFORE: usize = 300;
 async fn unresumable_case(base: &str, case: BadId) {
     let thread = broker::thread_id("bad-id");
     let before = long_run(&thread, "run-1", BEFORE);
-    let (first, last) = sse_client::publish_ok(base, &thread, &before).await;
+    // In batches no larger than the broker takes with retention.max_events = 10.
+    let mut ids = Vec::new();
+    for chunk in before.chunks(10) {
+        ids.push(sse_client::publish_ok(base, &thread, chunk).await);
+    }
+    let (first, last) = (ids[0].0.clone(), ids[ids.len() - 1].1.clone());
     let (epoch, ms, _) = sse_client::id_key(&last);
 
     let (header, query) = match case {

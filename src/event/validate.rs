@@ -187,18 +187,23 @@ fn check_type(event: &Map<String, Value>) -> Result<EventType, ValidationError> 
     })
 }
 
-/// `threadId` of `RUN_STARTED`/`RUN_FINISHED`, and `RUN_STARTED.input.threadId`, must name the
-/// thread the event is published to (SPEC §2). Runs after the schema checks, so both are
+/// `threadId` of any event (a schema field of `RUN_STARTED`/`RUN_FINISHED`), and
+/// `RUN_STARTED.input.threadId`, must name the thread the event is published to (SPEC §2). Runs after the schema checks, so both are
 /// strings when present.
 fn check_thread(
     event: &Map<String, Value>,
     event_type: EventType,
     thread: &ThreadId,
 ) -> Result<(), ValidationError> {
+    let root = Path::Root;
     if !matches!(event_type, EventType::RunStarted | EventType::RunFinished) {
+        // Not in the schema of other types, but an event naming another thread is still
+        // refused (SPEC §2); a non-string `threadId` is just an unknown field.
+        if let Some(Value::String(_)) = event.get("threadId") {
+            same_thread(event.get("threadId"), &root.key("threadId"), thread)?;
+        }
         return Ok(());
     }
-    let root = Path::Root;
     same_thread(event.get("threadId"), &root.key("threadId"), thread)?;
     if let Some(Value::Object(input)) = event.get("input") {
         let input_at = root.key("input");

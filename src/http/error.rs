@@ -136,6 +136,9 @@ impl From<IngestError> for ApiError {
     fn from(e: IngestError) -> Self {
         match e {
             IngestError::Log(e) => e.into(),
+            e @ IngestError::BatchTooLarge(_) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            }
             IngestError::Rejected(Rejection::Order { index, violation }) => ApiError::new(
                 StatusCode::CONFLICT,
                 "order_violation",

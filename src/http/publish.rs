@@ -384,11 +384,14 @@ fn guard_event_size(
     let mut since_boundary = 0usize;
     let mut line_len = 0usize;
     let mut failed = false;
+    let mut first = true;
+    // The bytes of a UTF-8 sequence split across chunks (at most 3).
+    let mut utf8_tail: Vec<u8> = Vec::new();
     body.map(move |chunk| {
         if failed {
             return Vec::new();
         }
-        let chunk = match chunk {
+        let mut chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
                 failed = true;
@@ -399,6 +402,20 @@ fn guard_event_size(
                 ))];
             }
         };
+        if first {
+            // A UTF-8 BOM is tolerated (WHATWG SSE strips it); removed here because the SSE
+            // parser crate mishandles it.
+            first = false;
+            if chunk.starts_with(b"\xEF\xBB\xBF") {
+                chunk = chunk.slice(3..);
+            }
+        }
+        // The stream must be UTF-8 (WHATWG SSE): refuse a bad byte at once, since the parser
+        // would otherwise buffer everything after it until the end of the body.
+        if let Err(e) = check_utf8(&mut utf8_tail, &chunk) {
+            failed = true;
+            return vec![Err(e)];
+        }
         let mut start = 0;
         // Offset just after the last blank line in this chunk.
         let mut boundary = 0;
@@ -431,6 +448,33 @@ fn guard_event_size(
         }
     })
     .flat_map(futures::stream::iter)
+}
+
+/// Checks that `chunk`, after the incomplete sequence `tail` left by the previous chunk, is
+/// UTF-8; keeps a sequence this chunk leaves incomplete in `tail`.
+fn check_utf8(tail: &mut Vec<u8>, chunk: &[u8]) -> Result<(), ApiError> {
+    let joined;
+    let bytes: &[u8] = if tail.is_empty() {
+        chunk
+    } else {
+        joined = [tail.as_slice(), chunk].concat();
+        &joined
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(_) => {
+            tail.clear();
+            Ok(())
+        }
+        Err(e) if e.error_len().is_none() => {
+            *tail = bytes[e.valid_up_to()..].to_vec();
+            Ok(())
+        }
+        Err(_) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_event_stream",
+            "the event stream is not valid UTF-8",
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -46,14 +46,18 @@ pub async fn subscribe(
     let header_id = headers
         .get("last-event-id")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let raw_id = header_id.or(query.last_event_id).filter(|s| !s.is_empty());
+    // An empty header (what a client sends before it has an id) does not hide the query's.
+    let raw_id = header_id
+        .filter(|s| !s.is_empty())
+        .or(query.last_event_id.filter(|s| !s.is_empty()));
     let mut prefix: Vec<Bytes> = Vec::new();
     let start = match raw_id {
         Some(raw) => match raw.parse::<EventId>() {
             Ok(id) => Start::After(id),
             Err(_) => {
                 // Never a 4xx for a bad id: a native EventSource would not retry (SPEC §4.3).
-                tracing::info!(%thread, id = %raw, "malformed Last-Event-ID; prelude at the head");
+                let shown: String = raw.chars().take(80).collect();
+                tracing::info!(%thread, id = %shown, "malformed Last-Event-ID; prelude at the head");
                 metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
                 metrics::counter!(m::RESETS, "cause" => "invalid").increment(1);
                 prefix.push(sse::encode_comment(

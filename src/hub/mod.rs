@@ -87,6 +87,7 @@ pub struct Subscription {
 /// Unregisters a subscriber (and stops its replay) when dropped.
 pub struct SubscriptionGuard {
     hub: Hub,
+    queue: Arc<ConnQueue>,
     thread: ThreadId,
     key: u64,
     replay_stop: CancellationToken,
@@ -95,6 +96,8 @@ pub struct SubscriptionGuard {
 impl Drop for SubscriptionGuard {
     fn drop(&mut self) {
         self.replay_stop.cancel();
+        // Closing frees what is queued and wakes a replay task waiting for room.
+        self.queue.close(CloseReason::Shutdown);
         self.hub.unregister(&self.thread, self.key);
     }
 }
@@ -278,12 +281,13 @@ impl Hub {
             ));
         }
         Ok(Subscription {
-            queue,
+            queue: queue.clone(),
             outcome,
             prelude,
             fold_known,
             guard: SubscriptionGuard {
                 hub: self.clone(),
+                queue: queue.clone(),
                 thread: thread.clone(),
                 key,
                 replay_stop,
@@ -469,8 +473,12 @@ impl Hub {
                 return true;
             }
             // Still full after coalescing: snapshot-and-reset from what this client has.
-            // (Rare, so each reset builds its own bridge: clients' views differ.)
-            if let (Some(fold), Some(client)) = (fold.as_ref(), q.client_view()) {
+            // (Rare, so each reset builds its own bridge: clients' views differ.) A client
+            // that has not even taken its previous bridge is stalled: it is disconnected and
+            // comes back with its last id, rather than costing a bridge per queue-full.
+            if let (Some(fold), Some(client), false) =
+                (fold.as_ref(), q.client_view(), q.bridge_pending())
+            {
                 let events = prelude::bridge(&client, fold);
                 if !events.is_empty()
                     && q.reset(Frame::synthesised(last_id, &events, born, view.clone()))

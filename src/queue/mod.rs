@@ -115,6 +115,9 @@ struct Inner {
     live_bytes: usize,
     /// Last position written to the client; frames at or before it are skipped.
     last: StreamPos,
+    /// A reset bridge is queued and not yet taken by the writer. The bridge is not counted
+    /// against the bounds (its size is the thread's fold, not the backlog).
+    bridge_pending: bool,
     closed: Option<CloseReason>,
 }
 
@@ -136,6 +139,7 @@ impl ConnQueue {
                 live: VecDeque::new(),
                 live_bytes: 0,
                 last: after,
+                bridge_pending: false,
                 closed: None,
             }),
             writer: Notify::new(),
@@ -167,10 +171,10 @@ impl ConnQueue {
             q.live.extend(frames.iter().cloned());
             q.live_bytes += bytes;
             PENDING_EVENTS.fetch_add(added, Ordering::Relaxed);
-            if q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes {
+            if self.over_bounds(&q) {
                 compact(&mut q);
             }
-            if q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes {
+            if self.over_bounds(&q) {
                 Err(Overflow)
             } else {
                 Ok(())
@@ -194,21 +198,33 @@ impl ConnQueue {
             }
             let dropped = q.live.len() as i64;
             q.live.clear();
-            q.live_bytes = bridge.bytes.len();
+            q.live_bytes = 0;
             q.live.push_back(bridge);
+            q.bridge_pending = true;
             PENDING_EVENTS.fetch_sub(dropped - 1, Ordering::Relaxed);
         }
         self.writer.notify_one();
         true
     }
 
-    /// What the live lane holds now, as `(frames, bytes)`: the amount [`QueueLimits`] bounds
-    /// (after a reset, the single bridge frame may alone exceed `max_bytes`). The replay lane
-    /// is not counted (it is bounded by the replay task waiting for room). Read-only, for
-    /// tests and diagnostics.
+    /// What the live lane holds now, as `(frames, bytes)`, a pending reset bridge included
+    /// (so this can exceed [`QueueLimits`] by one bridge). The replay lane is not counted (it
+    /// is bounded by the replay task waiting for room). Read-only, for tests and diagnostics.
     pub fn pending(&self) -> (usize, usize) {
         let q = self.inner.lock();
-        (q.live.len(), q.live_bytes)
+        (q.live.len(), q.live.iter().map(|f| f.bytes.len()).sum())
+    }
+
+    /// Whether the live lane exceeds a bound (a pending bridge is not counted).
+    fn over_bounds(&self, q: &Inner) -> bool {
+        let frames = q.live.len() - usize::from(q.bridge_pending && !q.live.is_empty());
+        frames > self.limits.max_events || q.live_bytes > self.limits.max_bytes
+    }
+
+    /// Whether a reset bridge is still waiting for the writer: a client that has not read
+    /// even that is stalled (the hub disconnects it rather than building another bridge).
+    pub fn bridge_pending(&self) -> bool {
+        self.inner.lock().bridge_pending
     }
 
     /// The order state after the last frame taken by the writer (the client's view), if
@@ -330,6 +346,9 @@ impl ConnQueue {
                 q.client_view = f.view.clone();
             }
             if !from_replay {
+                q.bridge_pending = false;
+            }
+            if !from_replay {
                 q.live_bytes = 0;
             }
         }
@@ -379,7 +398,9 @@ fn compact(q: &mut Inner) {
     let before = frames.len() as i64;
     count_coalesced(coalesce(&mut frames, apply_patch));
     PENDING_EVENTS.fetch_sub(before - frames.len() as i64, Ordering::Relaxed);
-    q.live_bytes = frames.iter().map(|f| f.bytes.len()).sum();
+    // A pending bridge (always first: it is never merged) stays uncounted.
+    let uncounted = usize::from(q.bridge_pending);
+    q.live_bytes = frames.iter().skip(uncounted).map(|f| f.bytes.len()).sum();
     q.live.extend(frames);
 }
 
