@@ -71,14 +71,14 @@ fn text_deltas(n: usize) -> Vec<Value> {
 }
 
 fn state_deltas(n: usize) -> Vec<Value> {
-    let mut out = vec![json!({"type": "STATE_SNAPSHOT", "snapshot": {"count": 0, "items": []}})];
-    out.extend((0..n).map(|i| {
-        json!({"type": "STATE_DELTA", "delta": [
-            {"op": "replace", "path": "/count", "value": i},
-            {"op": "add", "path": "/items/-", "value": {"n": i}},
-        ]})
-    }));
-    out
+    (0..n)
+        .map(|i| {
+            json!({"type": "STATE_DELTA", "delta": [
+                {"op": "replace", "path": "/count", "value": i},
+                {"op": "add", "path": "/items/-", "value": {"n": i}},
+            ]})
+        })
+        .collect()
 }
 
 fn recorded_files() -> Vec<PathBuf> {
@@ -148,14 +148,36 @@ fn patch(doc: &Value, ops: &[Value]) -> Option<Value> {
     apply_patch(doc, ops).ok()
 }
 
+/// The backlog of `events` after the events that open their run (folded, not in the backlog).
+fn backlog(opening: &[Value], events: &[Value]) -> Vec<Frame> {
+    let all: Vec<Value> = opening.iter().chain(events).cloned().collect();
+    frames(&all).split_off(opening.len())
+}
+
 fn coalesce_benches(c: &mut Criterion) {
-    coalesce_backlog(c, "text_deltas_1000", &frames(&text_deltas(1000)));
-    // Without the leading snapshot: 1 000 deltas, all clean.
-    coalesce_backlog(
-        c,
-        "state_deltas_1000_clean",
-        &frames(&state_deltas(1000))[1..],
+    let run_started = json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"});
+    let text = backlog(
+        &[
+            run_started.clone(),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "msg_0001"}),
+        ],
+        &text_deltas(1000),
     );
+    coalesce_backlog(c, "text_deltas_1000", &text);
+    let state = backlog(
+        &[
+            run_started,
+            json!({"type": "STATE_SNAPSHOT", "snapshot": {"count": 0, "items": []}}),
+        ],
+        &state_deltas(1000),
+    );
+    assert!(
+        state
+            .iter()
+            .all(|f| matches!(f.merge, MergeKey::StateDelta { clean: true, .. })),
+        "every delta applies"
+    );
+    coalesce_backlog(c, "state_deltas_1000_clean", &state);
     let (name, events) = largest_recorded();
     eprintln!(
         "largest recorded response: {name} ({} events)",

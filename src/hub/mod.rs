@@ -194,6 +194,12 @@ impl Hub {
 
         // Decide the replay range against the hub's head (cheap checks first; the log read
         // checks trimming and "ahead" against the log itself).
+        // `?from=start` asks the log itself whether it is still complete: the hub's cached
+        // head does not see trimming.
+        let complete = match start {
+            Start::FromStart => self.shared.log.head(thread).await?.complete_from_start(),
+            _ => false,
+        };
         let (outcome, replay_from) = {
             let st = th.state.lock();
             let head = st
@@ -201,9 +207,7 @@ impl Hub {
                 .expect("set by the OnceCell above before it completes");
             match start {
                 Start::Live => (Outcome::Exact, None),
-                Start::FromStart if head.complete_from_start() => {
-                    (Outcome::Exact, Some(ReadFrom::Start))
-                }
+                Start::FromStart if complete => (Outcome::Exact, Some(ReadFrom::Start)),
                 Start::FromStart => (Outcome::StartTrimmed, None),
                 Start::After(id) if id.epoch != head.epoch => {
                     (Outcome::Unresumable(ResumeGap::OtherEpoch), None)
@@ -473,12 +477,10 @@ impl Hub {
                 return true;
             }
             // Still full after coalescing: snapshot-and-reset from what this client has.
-            // (Rare, so each reset builds its own bridge: clients' views differ.) A client
-            // that has not even taken its previous bridge is stalled: it is disconnected and
-            // comes back with its last id, rather than costing a bridge per queue-full.
-            if let (Some(fold), Some(client), false) =
-                (fold.as_ref(), q.client_view(), q.bridge_pending())
-            {
+            // (Rare, so each reset builds its own bridge: clients' views differ. A client that
+            // has not taken its previous bridge yet gets a new one from the same view, which
+            // replaces it: one bridge per queue-full, since bridges are not counted.)
+            if let (Some(fold), Some(client)) = (fold.as_ref(), q.client_view()) {
                 let events = prelude::bridge(&client, fold);
                 if !events.is_empty()
                     && q.reset(Frame::synthesised(last_id, &events, born, view.clone()))

@@ -162,7 +162,19 @@ impl ThreadInner {
         {
             self.promote(old.checkpoint);
         }
-        let cap = retention.cap(self.checkpoint.is_some() || self.pending.is_some());
+        let in_use = self.checkpoint.is_some() || self.pending.is_some();
+        let cap = retention.cap(in_use);
+        if in_use {
+            // Never trim past the newest checkpoint (the fold must stay rebuildable, SPEC §6):
+            // over the safety cap, the pending checkpoint is promoted early instead.
+            if cap > 0
+                && self.entries.len() > cap
+                && let Some(p) = self.pending.take()
+            {
+                self.promote(p.checkpoint);
+            }
+            return;
+        }
         while cap > 0 && self.entries.len() > cap {
             if let Some(old) = self.entries.pop_front() {
                 self.max_deleted = old.id.pos;

@@ -248,8 +248,11 @@ if not live then
 end
 local candidate = ARGV[6] == '1'
 local cap = ARGV[2]
-if candidate or redis.call('EXISTS', KEYS[3]) == 1 then
-  cap = ARGV[3]
+-- With checkpoints in use, MAXLEN never trims: past the safety cap [3] the pending
+-- checkpoint is promoted instead (below), so the fold stays rebuildable (SPEC §6).
+local in_use = candidate or redis.call('EXISTS', KEYS[3]) == 1
+if in_use then
+  cap = '0'
 end
 local ids = {}
 for i = 12, #ARGV do
@@ -276,6 +279,12 @@ if ARGV[8] ~= '0' then
     if ms + tonumber(ARGV[8]) <= now_ms then
       promote(KEYS[1], KEYS[3], pending)
     end
+  end
+end
+if in_use and ARGV[3] ~= '0' and redis.call('XLEN', KEYS[1]) > tonumber(ARGV[3]) then
+  local pending = pending_of(KEYS[3])
+  if pending then
+    promote(KEYS[1], KEYS[3], pending)
   end
 end
 if ARGV[10] ~= '' then

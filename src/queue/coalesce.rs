@@ -187,7 +187,9 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
         MergeKey::None => return None,
     };
     let json = Bytes::from(serde_json::to_vec(&Value::Object(merged)).ok()?);
-    Some(Frame::new(last.id, json_type, &json, run[0].born, merge))
+    // The order state after the merged event is the last one's: a reset can still bridge
+    // from a client whose last write was a merged frame.
+    Some(Frame::new(last.id, json_type, &json, run[0].born, merge).with_view(last.view.clone()))
 }
 
 /// `metadata` of the merged event: per key, last write wins, no recursion (AGUI.md §1.2).
