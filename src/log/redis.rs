@@ -482,6 +482,29 @@ impl RedisLog {
         .await
     }
 
+    /// Runs a read script (KEYS: stream, meta, ckpt; ARGV: a fresh epoch, then `arg` if any),
+    /// retried once on a dropped connection.
+    async fn read_script(
+        &self,
+        script: &Script,
+        thread: &ThreadId,
+        arg: Option<&str>,
+    ) -> Result<Value, LogError> {
+        let keys = self.keys(thread);
+        let fresh = Epoch::random().to_string();
+        retry_dropped(|| {
+            let mut conn = self.inner.conn.clone();
+            let mut invocation = script.key(&keys.stream);
+            invocation.key(&keys.meta).key(&keys.ckpt).arg(&fresh);
+            if let Some(a) = arg {
+                invocation.arg(a);
+            }
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
+        .map_err(unavailable)
+    }
+
     fn keys(&self, thread: &ThreadId) -> Keys {
         Keys::new(&self.inner.config.prefix, thread)
     }
@@ -594,20 +617,9 @@ impl EventLog for RedisLog {
     /// Script: the epoch check (a new epoch clears the meta hash), then `HGET <meta> p:<id>`.
     async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError> {
         self.timed("producer", async {
-            let keys = self.keys(thread);
-            let fresh = Epoch::random().to_string();
-            let reply: Value = retry_dropped(|| {
-                let mut conn = self.inner.conn.clone();
-                let mut invocation = self.inner.scripts.producer.key(&keys.stream);
-                invocation
-                    .key(&keys.meta)
-                    .key(&keys.ckpt)
-                    .arg(&fresh)
-                    .arg(producer);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await
-            .map_err(unavailable)?;
+            let reply = self
+                .read_script(&self.inner.scripts.producer, thread, Some(producer))
+                .await?;
             match reply {
                 Value::Nil => Ok(0),
                 other => string(&other)
@@ -622,16 +634,9 @@ impl EventLog for RedisLog {
     /// events`.
     async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError> {
         self.timed("checkpoint", async {
-            let keys = self.keys(thread);
-            let fresh = Epoch::random().to_string();
-            let reply: Value = retry_dropped(|| {
-                let mut conn = self.inner.conn.clone();
-                let mut invocation = self.inner.scripts.checkpoint.key(&keys.stream);
-                invocation.key(&keys.meta).key(&keys.ckpt).arg(&fresh);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await
-            .map_err(unavailable)?;
+            let reply = self
+                .read_script(&self.inner.scripts.checkpoint, thread, None)
+                .await?;
             let fields = array(&reply)
                 .and_then(|items| items.get(1))
                 .and_then(array)
@@ -701,16 +706,9 @@ impl EventLog for RedisLog {
     /// both `0-0` when the stream does not exist.
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
         self.timed("head", async {
-            let keys = self.keys(thread);
-            let fresh = Epoch::random().to_string();
-            let reply: Value = retry_dropped(|| {
-                let mut conn = self.inner.conn.clone();
-                let mut invocation = self.inner.scripts.head.key(&keys.stream);
-                invocation.key(&keys.meta).key(&keys.ckpt).arg(&fresh);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await
-            .map_err(unavailable)?;
+            let reply = self
+                .read_script(&self.inner.scripts.head, thread, None)
+                .await?;
             parse_head(array(&reply).ok_or_else(|| malformed("head reply"))?)
         })
         .await
