@@ -18,7 +18,6 @@ use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMar
 use crate::prelude;
 use bytes::Bytes;
 use dashmap::DashMap;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -130,11 +129,6 @@ impl Ingest {
             let ids = self.shared.log.append(thread, events).await?;
             return Ok(Appended { ids, duplicates: 0 });
         }
-        let values: Vec<Value> = events
-            .iter()
-            // Schema validation produced this JSON, so it parses.
-            .map(|e| serde_json::from_slice(&e.json).unwrap_or(Value::Null))
-            .collect();
         let cached = self.cached(thread);
         let mut c = cached.lock().await;
         c.used = Instant::now();
@@ -165,7 +159,9 @@ impl Ingest {
                     duplicates: skip,
                 });
             }
-            let (events_left, values_left) = (&events[skip..], &values[skip..]);
+            let events_left = &events[skip..];
+            // The values kept from schema validation: no second parse.
+            let values_left = events_left.iter().map(|e| &*e.parsed);
             let next = match (&fold, self.shared.strict_order) {
                 (Some(f), true) => match f.check_batch(values_left) {
                     Ok(next) => Some(next),

@@ -84,6 +84,9 @@ pub struct ValidEvent {
     pub event_type: EventType,
     /// Compact one-line JSON of the whole event object (no `\n`, so one `data:` line suffices).
     pub json: Bytes,
+    /// The same event as a value, kept from validation so the order checks of the publish
+    /// path do not parse `json` again.
+    pub parsed: Arc<serde_json::Value>,
 }
 
 impl ValidEvent {

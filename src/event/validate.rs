@@ -87,7 +87,7 @@ pub fn validate_event(
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ValidationError::whole(format!("malformed JSON: {e}")))?;
     // The parser refuses nesting beyond its recursion limit, which is below MAX_DEPTH.
-    finish(&value, thread)
+    finish(value, thread)
 }
 
 /// Validates one parsed event against the AG-UI 1.0 schema for its `type` (module docs list the
@@ -111,17 +111,18 @@ pub fn validate_value(
             "the event nests arrays and objects more than {MAX_DEPTH} levels deep"
         )));
     }
-    finish(&value, thread)
+    finish(value, thread)
 }
 
 /// Checks a value whose depth is known to be bounded, then serialises it.
-fn finish(value: &Value, thread: Option<&ThreadId>) -> Result<ValidEvent, ValidationError> {
-    let event_type = check_event(value, thread)?;
-    let json = serde_json::to_vec(value)
+fn finish(value: Value, thread: Option<&ThreadId>) -> Result<ValidEvent, ValidationError> {
+    let event_type = check_event(&value, thread)?;
+    let json = serde_json::to_vec(&value)
         .map_err(|e| ValidationError::whole(format!("the event cannot be serialised: {e}")))?;
     Ok(ValidEvent {
         event_type,
         json: Bytes::from(json),
+        parsed: std::sync::Arc::new(value),
     })
 }
 

@@ -124,9 +124,12 @@ impl ThreadFold {
     ///
     /// # Errors
     /// The first [`Rejection`]; nothing of the batch counts then.
-    pub fn check_batch(&self, events: &[Value]) -> Result<ThreadFold, Rejection> {
+    pub fn check_batch<'a>(
+        &self,
+        events: impl IntoIterator<Item = &'a Value>,
+    ) -> Result<ThreadFold, Rejection> {
         let mut next = self.clone();
-        for (index, event) in events.iter().enumerate() {
+        for (index, event) in events.into_iter().enumerate() {
             let expanded = next
                 .checker
                 .check_expanded(event)

@@ -53,17 +53,10 @@ pub async fn subscribe(
 impl Subscription {
     /// The next event with data, or `None` when the stream ended or `timeout` passed.
     pub async fn next(&mut self, timeout: Duration) -> Option<Received> {
-        loop {
-            let ev = tokio::time::timeout(timeout, self.events.next())
-                .await
-                .ok()??;
-            let ev = ev.ok()?;
-            if ev.data.is_empty() {
-                continue;
-            }
-            let data = serde_json::from_str(&ev.data).expect("data is JSON");
-            return Some(Received { id: ev.id, data });
-        }
+        self.next_text(timeout).await.map(|r| Received {
+            id: r.id,
+            data: r.data,
+        })
     }
 
     /// Collects exactly `n` events (panics with what it got if they do not come in `timeout`
