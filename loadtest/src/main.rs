@@ -24,7 +24,7 @@ use std::path::PathBuf;
 /// Load generator for agui-fanout: publishes AG-UI events at a target rate, follows them
 /// over SSE, and reports deliveries, latency, gaps/duplicates, broker CPU and memory.
 #[derive(Debug, Parser)]
-#[command(name = "agui-loadtest", version, about)]
+#[command(name = "agui-loadtest", version, about, args_override_self = true)]
 pub struct Cli {
     /// Options of every scenario.
     #[command(flatten)]
@@ -96,7 +96,8 @@ pub struct Load {
     #[arg(long, default_value_t = 8)]
     pub publish_conns: usize,
     /// Most events in one POST (a connection that falls behind sends a thread's backlog
-    /// together; `ingest` closed loop: events per POST).
+    /// together as a JSON array; `ingest` closed loop: events per POST). 1: every POST is one
+    /// bare event object, as brokers that store a body as one message (nchan) need.
     #[arg(long, default_value_t = 100)]
     pub max_batch: u64,
     /// Seconds to wait after publishing for every event to reach every subscriber.

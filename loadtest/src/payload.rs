@@ -133,7 +133,10 @@ mod tests {
         let v: Vec<serde_json::Value> = serde_json::from_slice(&batch).unwrap();
         assert_eq!(v.len(), 3);
         assert_eq!(v[2]["value"]["seq"], 9);
-        assert_eq!(seq_ts(&w.batch(5, 1, 9)), Some((5, 9)));
+        // A batch of one is the bare object (one message per POST for nchan), not an array.
+        let single = w.batch(5, 1, 9);
+        assert_eq!(single.first(), Some(&b'{'));
+        assert_eq!(seq_ts(&single), Some((5, 9)));
     }
 
     #[test]

@@ -6,8 +6,12 @@
 //! `t % conns`), so its events are appended in sequence order. When a connection falls behind,
 //! the events due for one thread go out together as one JSON-array `POST` (up to `max_batch`),
 //! which keeps the offered rate; `lag` (send time minus due time) shows how far behind the
-//! publisher ran. Sequence numbers are given at send time and only advance on a `200`, so a
+//! publisher ran. Sequence numbers are given at send time and only advance on a `2xx`, so a
 //! refused or failed `POST` leaves no hole in the sequence.
+//!
+//! Any `2xx` counts as an acknowledgement: agui-fanout answers `200`, nchan `201` (a
+//! subscriber was there) or `202` (none). With `max_batch` 1 every `POST` carries one bare
+//! event object, never an array, for brokers that store a body as one message (nchan).
 
 use crate::net::{HttpConn, Sources, Target};
 use crate::payload::{EventWriter, unix_ns};
@@ -50,11 +54,11 @@ pub struct PubConfig {
 /// What the publishers did in one step.
 #[derive(Debug)]
 pub struct PubStats {
-    /// `POST`s answered `200`.
+    /// `POST`s answered `2xx`.
     pub posts: u64,
     /// Events acknowledged.
     pub acked: u64,
-    /// Answers other than `200`, by status.
+    /// Answers other than `2xx`, by status.
     pub status_errors: BTreeMap<u16, u64>,
     /// Transport errors (connect, reset, ...).
     pub transport_errors: u64,
@@ -142,7 +146,7 @@ pub async fn open_threads(
                     }
                     let Some(c) = conn.as_mut() else { continue };
                     match c.post_json(&t.path, body.clone()).await {
-                        Ok(r) if r.status == 200 => break,
+                        Ok(r) if is_success(r.status) => break,
                         Ok(r) => anyhow::bail!(
                             "opening thread {}: HTTP {} {}",
                             t.name,
@@ -165,6 +169,11 @@ pub async fn open_threads(
         r??;
     }
     Ok(())
+}
+
+/// Whether a publish answer acknowledges the events: any `2xx`.
+fn is_success(status: u16) -> bool {
+    (200..300).contains(&status)
 }
 
 fn tracing_warn(msg: &str) {
@@ -264,7 +273,7 @@ async fn send(
     let body = Bytes::from(cfg.writer.batch(first, n, unix_ns()));
     let sent_at = Instant::now();
     match c.post_json(&t.path, body).await {
-        Ok(r) if r.status == 200 => {
+        Ok(r) if is_success(r.status) => {
             stats::record(
                 &mut stats.post_latency,
                 sent_at.elapsed().as_micros() as u64,
@@ -423,4 +432,20 @@ async fn closed_loop_conn(
     }
     stats.finished = Some(Instant::now());
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_2xx_acknowledges() {
+        // agui-fanout: 200; nchan: 201 (subscribers present) or 202 (none).
+        for ok in [200, 201, 202, 204] {
+            assert!(is_success(ok), "{ok}");
+        }
+        for bad in [199, 300, 304, 409, 503] {
+            assert!(!is_success(bad), "{bad}");
+        }
+    }
 }
