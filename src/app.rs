@@ -111,7 +111,6 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         },
         hub_stop.clone(),
     );
-    let drain_token = CancellationToken::new();
     let ingest = Ingest::new(
         log.clone(),
         config.strict_order,
@@ -124,39 +123,36 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         hub,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
-        drain_token: drain_token.clone(),
     };
+    let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());
     let drain = state.config.shutdown.drain;
-    let draining = state.draining.clone();
     let stop = shutdown.clone();
+    let serve_state = state.clone();
     let task = tokio::spawn(async move {
-        let graceful = {
+        let stop_accepting = {
             let stop = stop.clone();
+            let state = serve_state.clone();
             async move {
                 stop.cancelled().await;
                 tracing::info!(drain = ?drain, "draining: readiness off, new streams refused (503), open streams end within the drain period");
-                draining.store(true, Ordering::Relaxed);
-                drain_token.cancel();
+                state.draining.store(true, Ordering::Relaxed);
+                // Streams end one by one over the drain period (each after a jittered
+                // `retry:`), so their clients do not all come back at the same moment.
+                let hub = state.hub.clone();
+                tokio::spawn(async move { hub.drain_streams(drain).await });
                 // Keep answering during the drain (503 on /readyz and new streams, publishes
                 // still accepted) so load balancers see the node leave; then stop accepting
                 // and let in-flight requests finish.
                 tokio::time::sleep(drain).await;
             }
         };
-        let serve = axum::serve(listener, router).with_graceful_shutdown(graceful);
         let deadline = async {
             stop.cancelled().await;
             tokio::time::sleep(drain + DRAIN_GRACE).await;
         };
-        tokio::select! {
-            res = serve => {
-                if let Err(e) = res {
-                    tracing::error!(error = %e, "server error");
-                }
-            }
-            _ = deadline => tracing::warn!("drain deadline passed; closing remaining connections"),
-        }
+        http::conn::serve(listener, serve_state, router, stop_accepting, deadline).await;
+        upkeep.abort();
         hub_stop.cancel();
         tracing::info!("stopped");
     });

@@ -15,9 +15,12 @@ use crate::queue::{CloseReason, ConnQueue, Drained, MergeKey};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use serde_json::Value;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 /// One encoded event, shared by all subscribers of a node.
 #[derive(Clone, Debug)]
@@ -164,102 +167,226 @@ pub const HEARTBEAT: &[u8] = b":\n\n";
 /// Settings of one subscriber stream.
 #[derive(Clone, Debug)]
 pub struct StreamSettings {
-    /// Milliseconds written in the first `retry:` frame.
+    /// Milliseconds written in the first `retry:` frame; the last frame of a stream ended by
+    /// the node's drain carries a jittered multiple of it (1× to 5×), so that clients spread
+    /// their reconnects.
     pub retry_ms: u64,
     /// Idle time after which a heartbeat comment is written.
     pub heartbeat: Duration,
-    /// Cancelled when the node starts draining (SIGTERM): the stream then ends itself at a
-    /// random moment within `drain`, after a jittered `retry:` frame.
-    pub drain_token: CancellationToken,
-    /// Length of the drain period.
-    pub drain: Duration,
+}
+
+impl StreamSettings {
+    /// The last words of a stream whose queue was closed for `reason`: the jittered `retry:`
+    /// of a drain (SPEC §9), or a comment naming the cause.
+    fn final_frame(&self, reason: CloseReason) -> Option<Bytes> {
+        if reason == CloseReason::Shutdown {
+            let jitter = rand::random_range(0..=self.retry_ms.max(1) * 4);
+            return Some(encode_retry(self.retry_ms + jitter));
+        }
+        reason.final_words().map(encode_comment)
+    }
 }
 
 /// An object kept alive as long as the stream (the hub's registration guard).
 pub type Guard = Box<dyn Send + Sync + 'static>;
 
-/// Builds the response body of a subscriber: `retry:`, then `prefix` frames (comments), then
-/// whatever the queue yields, heartbeats when idle, until the queue closes, the client goes
-/// away (the stream is dropped: `guard` unregisters it) or the node drains.
+/// The first write of a stream: `retry:`, then the `prefix` frames (comments, a prelude).
+pub fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Bytes {
+    let mut first = BytesMut::new();
+    first.extend_from_slice(&encode_retry(settings.retry_ms));
+    for p in prefix {
+        first.extend_from_slice(&p);
+    }
+    first.freeze()
+}
+
+/// Builds the response body of a subscriber served through hyper (HTTP/2, and HTTP/1 requests
+/// the connection front does not take itself, see `http::conn`): `retry:`, then `prefix`
+/// frames, then whatever the queue yields, heartbeats when idle, until the queue closes (the
+/// node's drain closes it too) or the client goes away (the stream is dropped: `guard`
+/// unregisters it).
 pub fn body(
     queue: Arc<ConnQueue>,
     prefix: Vec<Bytes>,
     settings: StreamSettings,
     guard: Guard,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
-    let mut first = BytesMut::new();
-    first.extend_from_slice(&encode_retry(settings.retry_ms));
-    for p in prefix {
-        first.extend_from_slice(&p);
-    }
+    let heartbeat = Box::pin(tokio::time::sleep(settings.heartbeat));
     let state = WriterState {
+        pending_first: Some(first_write(&settings, prefix)),
         queue,
         settings,
-        pending_first: Some(first.freeze()),
-        drain_at: None,
+        heartbeat,
+        wrote_at: tokio::time::Instant::now(),
         done: false,
         _guard: guard,
     };
     futures::stream::unfold(state, |mut st| async move {
-        let bytes = st.next_write().await?;
+        let bytes = std::future::poll_fn(|cx| st.poll_write(cx)).await?;
         Some((Ok(bytes), st))
     })
 }
 
+/// What wakes a stream's writer.
+enum Wake {
+    /// Frames to write.
+    Frames(Bytes),
+    /// The queue closed; the stream ends after these last words.
+    Closed(Option<Bytes>),
+    /// The heartbeat timer fired.
+    Heartbeat,
+}
+
+/// A stream's writer state, shared by both ways of writing (hyper body, raw socket).
+///
+/// The heartbeat timer is created once and only re-armed when it fires (to the last write
+/// plus the heartbeat period), so a write costs no timer operation.
 struct WriterState {
     queue: Arc<ConnQueue>,
     settings: StreamSettings,
     pending_first: Option<Bytes>,
-    /// Set when draining started: the moment this stream ends.
-    drain_at: Option<tokio::time::Instant>,
+    heartbeat: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When the last bytes were handed out.
+    wrote_at: tokio::time::Instant,
     done: bool,
     _guard: Guard,
 }
 
 impl WriterState {
-    /// The next chunk to write, or `None` when the stream must end.
-    async fn next_write(&mut self) -> Option<Bytes> {
+    /// Polls for what to do next: frames, the end, or a heartbeat tick.
+    fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<Wake> {
+        match self.queue.poll_batch(cx) {
+            Poll::Ready(Drained::Frames(bytes)) => return Poll::Ready(Wake::Frames(bytes)),
+            Poll::Ready(Drained::Closed(reason)) => {
+                return Poll::Ready(Wake::Closed(self.settings.final_frame(reason)));
+            }
+            Poll::Pending => {}
+        }
+        if self.heartbeat.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Wake::Heartbeat);
+        }
+        Poll::Pending
+    }
+
+    /// Handles a heartbeat tick: the heartbeat bytes when the stream was idle for the whole
+    /// period, and the timer re-armed either way.
+    fn on_heartbeat(&mut self) -> Option<Bytes> {
+        let now = tokio::time::Instant::now();
+        let due = self.wrote_at + self.settings.heartbeat;
+        if now >= due {
+            self.wrote_at = now;
+            self.heartbeat.as_mut().reset(now + self.settings.heartbeat);
+            Some(Bytes::from_static(HEARTBEAT))
+        } else {
+            self.heartbeat.as_mut().reset(due);
+            None
+        }
+    }
+
+    /// The next chunk of the hyper body, `None` when the stream must end.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if self.done {
-            return None;
+            return Poll::Ready(None);
         }
         if let Some(first) = self.pending_first.take() {
-            return Some(first);
+            return Poll::Ready(Some(first));
         }
         loop {
-            let drain_sleep = async {
-                match self.drain_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
+            match std::task::ready!(self.poll_wake(cx)) {
+                Wake::Frames(bytes) => {
+                    self.wrote_at = tokio::time::Instant::now();
+                    return Poll::Ready(Some(bytes));
                 }
-            };
-            tokio::select! {
-                biased;
-                _ = self.settings.drain_token.cancelled(), if self.drain_at.is_none() => {
-                    // Spread the end of streams over the drain period so clients do not all
-                    // come back at once (SPEC §9).
-                    let jitter = self.settings.drain.mul_f64(rand::random::<f64>());
-                    self.drain_at = Some(tokio::time::Instant::now() + jitter);
-                }
-                _ = drain_sleep => {
+                Wake::Closed(last) => {
                     self.done = true;
-                    self.queue.close(CloseReason::Shutdown);
-                    let retry = self.settings.retry_ms + rand::random_range(0..=self.settings.retry_ms.max(1) * 4);
-                    return Some(encode_retry(retry));
+                    return Poll::Ready(last);
                 }
-                drained = self.queue.next_batch() => {
-                    match drained {
-                        Drained::Frames(bytes) => return Some(bytes),
-                        Drained::Closed(reason) => {
-                            self.done = true;
-                            return reason.final_words().map(encode_comment);
-                        }
+                Wake::Heartbeat => {
+                    if let Some(bytes) = self.on_heartbeat() {
+                        return Poll::Ready(Some(bytes));
                     }
-                }
-                _ = tokio::time::sleep(self.settings.heartbeat) => {
-                    return Some(Bytes::from_static(HEARTBEAT));
                 }
             }
         }
+    }
+}
+
+/// Writes a subscriber's stream straight to its socket (HTTP/1 requests taken by the
+/// connection front, `http::conn`): `head` (the response head), `retry:` and `prefix` in one
+/// write, then every batch the queue yields as one write, heartbeats when idle, until the
+/// queue closes or the client goes away. Returns when the stream has ended; the socket is
+/// closed when `io` is dropped (the response is delimited by the close, RFC 9112 §6.3).
+///
+/// While waiting it also watches the socket for reads, so a client that closes its end is
+/// noticed at once (anything it sends is read and ignored) rather than at the next write.
+pub async fn write_socket(
+    mut io: TcpStream,
+    head: Bytes,
+    queue: Arc<ConnQueue>,
+    prefix: Vec<Bytes>,
+    settings: StreamSettings,
+    guard: Guard,
+) {
+    let mut first = BytesMut::from(&head[..]);
+    first.extend_from_slice(&first_write(&settings, prefix));
+    if io.write_all(&first).await.is_err() {
+        return;
+    }
+    drop(first);
+    let heartbeat = Box::pin(tokio::time::sleep(settings.heartbeat));
+    let mut st = WriterState {
+        queue,
+        settings,
+        pending_first: None,
+        heartbeat,
+        wrote_at: tokio::time::Instant::now(),
+        done: false,
+        _guard: guard,
+    };
+    /// What woke the socket writer.
+    enum SocketWake {
+        Stream(Wake),
+        Readable,
+    }
+    loop {
+        let wake = std::future::poll_fn(|cx| {
+            if let Poll::Ready(w) = st.poll_wake(cx) {
+                return Poll::Ready(SocketWake::Stream(w));
+            }
+            if io.poll_read_ready(cx).is_ready() {
+                return Poll::Ready(SocketWake::Readable);
+            }
+            Poll::Pending
+        })
+        .await;
+        let bytes = match wake {
+            SocketWake::Stream(Wake::Frames(bytes)) => bytes,
+            SocketWake::Stream(Wake::Closed(last)) => {
+                if let Some(last) = last {
+                    let _ = io.write_all(&last).await;
+                }
+                let _ = io.shutdown().await;
+                return;
+            }
+            SocketWake::Stream(Wake::Heartbeat) => match st.on_heartbeat() {
+                Some(bytes) => bytes,
+                None => continue,
+            },
+            SocketWake::Readable => {
+                let mut scratch = [0u8; 256];
+                match io.try_read(&mut scratch) {
+                    // The client closed its end, or the connection failed.
+                    Ok(0) => return,
+                    Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return,
+                    // Bytes after the request (or a spurious readiness): ignored.
+                    _ => continue,
+                }
+            }
+        };
+        if io.write_all(&bytes).await.is_err() {
+            return;
+        }
+        st.wrote_at = tokio::time::Instant::now();
     }
 }
 

@@ -391,12 +391,16 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// A subscriber on a raw TCP socket that reads only when told to: small `SO_RCVBUF` and MSS set
-/// before connecting, `GET` written by hand, the chunked response decoded as it is read.
+/// before connecting, `GET` written by hand, the response (chunked, or delimited by the close)
+/// decoded as it is read.
 struct StalledSse {
     stream: TcpStream,
     /// Read and not yet decoded.
     raw: Vec<u8>,
     head_done: bool,
+    /// The body is chunked (hyper's path); otherwise it runs until the connection closes (the
+    /// broker's own HTTP/1 subscribe path).
+    chunked: bool,
     /// Bytes left in the current chunk, and whether the CRLF after a chunk is due.
     chunk_left: usize,
     crlf_due: bool,
@@ -435,6 +439,7 @@ impl StalledSse {
             stream,
             raw: Vec::new(),
             head_done: false,
+            chunked: false,
             chunk_left: 0,
             crlf_due: false,
             body: Vec::new(),
@@ -452,9 +457,10 @@ impl StalledSse {
         };
         let head = String::from_utf8_lossy(&s.raw[..end]).to_ascii_lowercase();
         assert!(head.starts_with("http/1.1 200"), "subscribe: {head}");
+        s.chunked = head.contains("\r\ntransfer-encoding: chunked");
         assert!(
-            head.contains("\r\ntransfer-encoding: chunked"),
-            "a chunked response: {head}"
+            s.chunked || head.contains("\r\nconnection: close"),
+            "a chunked or close-delimited response: {head}"
         );
         s.raw.drain(..end + 4);
         s.head_done = true;
@@ -507,10 +513,14 @@ impl StalledSse {
         String::from_utf8(self.body[..self.scanned].to_vec()).expect("SSE is UTF-8")
     }
 
-    /// Moves what `raw` holds of the chunked body into `body`, then notes complete frames.
+    /// Moves what `raw` holds of the body into `body`, then notes complete frames.
     fn decode(&mut self) {
         let mut at = 0;
-        loop {
+        if !self.chunked {
+            at = self.raw.len();
+            self.body.extend_from_slice(&self.raw);
+        }
+        while self.chunked {
             let left = self.raw.len() - at;
             if self.chunk_left > 0 {
                 let n = self.chunk_left.min(left);

@@ -4,6 +4,7 @@
 //! Data path position: the edge. Publish enters the path here (→ `event` → `log`);
 //! subscribe leaves it here (`hub` → `queue` → `sse` → response body).
 
+pub mod conn;
 mod error;
 mod ops;
 mod publish;
@@ -22,7 +23,6 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use tokio_util::sync::CancellationToken;
 
 /// Everything a request handler needs. Cheap to clone.
 #[derive(Clone)]
@@ -37,10 +37,9 @@ pub struct AppState {
     pub hub: Hub,
     /// Prometheus exporter handle rendered by `/metrics`.
     pub metrics: PrometheusHandle,
-    /// Set when the node starts draining: `/readyz` fails and new streams are refused.
+    /// Set when the node starts draining: `/readyz` fails and new streams are refused (open
+    /// streams are ended by [`Hub::drain_streams`]).
     pub draining: Arc<AtomicBool>,
-    /// Cancelled when draining starts; open streams end themselves within the drain period.
-    pub drain_token: CancellationToken,
 }
 
 /// The broker's router. Tests can drive it with `tower::ServiceExt::oneshot` without a socket.

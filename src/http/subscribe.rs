@@ -8,17 +8,19 @@ use super::{ApiError, AppState};
 use crate::hub::{Outcome, Start};
 use crate::log::EventId;
 use crate::metrics as m;
-use crate::sse::{self, StreamSettings};
+use crate::queue::ConnQueue;
+use crate::sse::{self, Guard, StreamSettings};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Query parameters of a subscription.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubscribeQuery {
     /// Resume point for clients that cannot set `Last-Event-ID`.
@@ -27,14 +29,62 @@ pub struct SubscribeQuery {
     pub from: Option<String>,
 }
 
-/// The subscribe handler.
+/// What a subscribe request opens.
+pub(crate) enum Opened {
+    /// A stream: the queue to drain, the frames it starts with (comments, a prelude), the
+    /// hub's registration guard (dropping it unregisters the subscriber), and its settings.
+    Stream {
+        /// The connection's queue.
+        queue: Arc<ConnQueue>,
+        /// Frames written after `retry:` and before the queue's.
+        prefix: Vec<Bytes>,
+        /// Unregisters the subscriber when dropped.
+        guard: Guard,
+        /// `retry:` and heartbeat settings.
+        settings: StreamSettings,
+    },
+    /// The log backend is down: a complete, short event stream (`retry:` and a comment) that
+    /// makes `EventSource` come back later with its `Last-Event-ID`, where an error status
+    /// would stop it for good.
+    Unavailable(Bytes),
+}
+
+/// The subscribe handler (hyper's path: HTTP/2, and HTTP/1 requests that `http::conn` hands
+/// over; the common HTTP/1 request is served by `http::conn` with [`open`] as well).
 pub async fn subscribe(
     State(state): State<AppState>,
     Path(thread): Path<String>,
     Query(query): Query<SubscribeQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let thread = parse_thread(&thread)?;
+    let header_id = headers.get("last-event-id").map(|v| v.as_bytes());
+    match open(&state, &thread, header_id, query).await? {
+        Opened::Stream {
+            queue,
+            prefix,
+            guard,
+            settings,
+        } => {
+            let body = sse::body(queue, prefix, settings, guard);
+            Ok(sse_response(Body::from_stream(body)))
+        }
+        Opened::Unavailable(body) => Ok(sse_response(Body::from(body))),
+    }
+}
+
+/// Opens a subscription (SPEC §2–§4): checks the thread id and the node's state, parses the
+/// resume point, registers with the hub and collects the frames the stream starts with.
+/// `header_id` is the raw `Last-Event-ID` header, if any.
+///
+/// # Errors
+/// 400 `invalid_thread_id`; 503 `draining` (with `Retry-After`).
+pub(crate) async fn open(
+    state: &AppState,
+    thread: &str,
+    header_id: Option<&[u8]>,
+    query: SubscribeQuery,
+) -> Result<Opened, ApiError> {
+    let thread = parse_thread(thread)?;
     if state.draining.load(Ordering::Relaxed) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -43,9 +93,7 @@ pub async fn subscribe(
         )
         .retry_after(1));
     }
-    let header_id = headers
-        .get("last-event-id")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let header_id = header_id.map(|v| String::from_utf8_lossy(v).into_owned());
     // An empty header (what a client sends before it has an id) does not hide the query's.
     let raw_id = header_id
         .filter(|s| !s.is_empty())
@@ -72,21 +120,17 @@ pub async fn subscribe(
     let settings = StreamSettings {
         retry_ms: state.config.sse.retry_ms,
         heartbeat: state.config.sse.heartbeat,
-        drain_token: state.drain_token.clone(),
-        drain: state.config.shutdown.drain,
     };
     let sub = match state.hub.subscribe(&thread, start).await {
         Ok(sub) => sub,
         Err(e) => {
-            // The backend is down: an open-and-close stream makes EventSource retry later
-            // with its Last-Event-ID, where an error status would stop it for good.
             tracing::warn!(%thread, error = %e, "cannot start a subscription");
             let body = [
                 sse::encode_retry(state.config.sse.retry_ms),
                 sse::encode_comment("agui-fanout: log backend unavailable, retry later"),
             ]
             .concat();
-            return Ok(sse_response(Body::from(body)));
+            return Ok(Opened::Unavailable(Bytes::from(body)));
         }
     };
     match (start, sub.outcome) {
@@ -119,21 +163,27 @@ pub async fn subscribe(
     if let Some(prelude) = sub.prelude {
         prefix.push(prelude.bytes);
     }
-    let body = sse::body(sub.queue, prefix, settings, Box::new(sub.guard));
-    Ok(sse_response(Body::from_stream(body)))
+    Ok(Opened::Stream {
+        queue: sub.queue,
+        prefix,
+        guard: Box::new(sub.guard),
+        settings,
+    })
 }
+
+/// Headers of every event-stream response (SPEC §3), after the status line. `x-accel-buffering`
+/// keeps nginx-style proxies from buffering the stream.
+pub(crate) const SSE_HEADERS: [(&str, &str); 3] = [
+    ("content-type", "text/event-stream"),
+    ("cache-control", "no-cache, no-transform"),
+    ("x-accel-buffering", "no"),
+];
 
 fn sse_response(body: Body) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, no-transform"),
-    );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    for (name, value) in SSE_HEADERS {
+        h.insert(name, HeaderValue::from_static(value));
+    }
     resp
 }

@@ -34,10 +34,11 @@ use crate::queue::{CloseReason, ConnQueue, MergeKey, QueueLimits};
 use crate::sse::Frame;
 use dashmap::DashMap;
 use parking_lot::Mutex;
+use rand::seq::SliceRandom;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -165,6 +166,25 @@ impl Hub {
     /// Number of threads with local subscribers.
     pub fn followed_threads(&self) -> usize {
         self.shared.threads.len()
+    }
+
+    /// Ends every open stream of this node within `drain` (SIGTERM, SPEC §9): the queues are
+    /// closed in random order, evenly spread over the period, so that clients do not all
+    /// reconnect at the same moment; each writer then sends a jittered `retry:` and ends its
+    /// stream. Streams opened meanwhile are not touched (a draining node refuses them).
+    pub async fn drain_streams(&self, drain: Duration) {
+        let mut queues: Vec<Arc<ConnQueue>> = Vec::new();
+        for th in self.shared.threads.iter() {
+            let st = th.state.lock();
+            queues.extend(st.subscribers.iter().map(|(_, q)| q.clone()));
+        }
+        queues.shuffle(&mut rand::rng());
+        let started = tokio::time::Instant::now();
+        let n = queues.len().max(1) as f64;
+        for (i, q) in queues.into_iter().enumerate() {
+            tokio::time::sleep_until(started + drain.mul_f64(i as f64 / n)).await;
+            q.close(CloseReason::Shutdown);
+        }
     }
 
     /// Registers a subscriber of `thread` starting at `start`.

@@ -10,7 +10,9 @@
 //! before the last position it wrote, which makes the replay → live hand-over exact.
 //!
 //! Lock discipline: one `parking_lot::Mutex` per connection, held only to move `Bytes`
-//! handles; the writer is woken after the lock is dropped.
+//! handles; the writer is woken after the lock is dropped. The writer is the only consumer,
+//! so it waits on an `AtomicWaker` (one atomic swap per push) rather than a `Notify`, whose
+//! waiter list takes a lock at every poll and drop.
 
 pub mod coalesce;
 
@@ -23,9 +25,11 @@ use std::sync::Arc;
 use crate::log::StreamPos;
 use crate::sse::Frame;
 use bytes::{Bytes, BytesMut};
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::task::{Context, Poll};
 use tokio::sync::Notify;
 
 /// Events pending in all connection queues of this process (for the queue-depth gauge).
@@ -97,8 +101,9 @@ pub struct Overflow;
 /// One connection's queue. Shared (`Arc`) by the hub, the replay task and the writer.
 pub struct ConnQueue {
     inner: Mutex<Inner>,
-    /// Wakes the writer (single waiter; `notify_one` keeps a permit).
-    writer: Notify,
+    /// Wakes the writer (its only consumer). A wake before the writer registered is not
+    /// lost: the writer registers, then looks at the lanes.
+    writer: AtomicWaker,
     /// Wakes the replay task waiting for room.
     replay_room: Notify,
     limits: QueueLimits,
@@ -142,7 +147,7 @@ impl ConnQueue {
                 bridge_pending: false,
                 closed: None,
             }),
-            writer: Notify::new(),
+            writer: AtomicWaker::new(),
             replay_room: Notify::new(),
             limits,
         }
@@ -181,7 +186,7 @@ impl ConnQueue {
             }
         };
         if result.is_ok() {
-            self.writer.notify_one();
+            self.writer.wake();
         }
         result
     }
@@ -203,7 +208,7 @@ impl ConnQueue {
             q.bridge_pending = true;
             PENDING_EVENTS.fetch_sub(dropped - 1, Ordering::Relaxed);
         }
-        self.writer.notify_one();
+        self.writer.wake();
         true
     }
 
@@ -251,7 +256,7 @@ impl ConnQueue {
                     q.replay.extend(frames);
                     drop(q);
                     PENDING_EVENTS.fetch_add(n, Ordering::Relaxed);
-                    self.writer.notify_one();
+                    self.writer.wake();
                     return true;
                 }
             }
@@ -262,7 +267,7 @@ impl ConnQueue {
     /// Marks the replay done: the writer moves on to the live lane.
     pub fn finish_replay(&self) {
         self.inner.lock().replay_done = true;
-        self.writer.notify_one();
+        self.writer.wake();
     }
 
     /// Closes the queue; the writer ends the stream at its next wake-up. The first reason wins.
@@ -279,7 +284,7 @@ impl ConnQueue {
             q.live_bytes = 0;
             PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
         }
-        self.writer.notify_one();
+        self.writer.wake();
         self.replay_room.notify_one();
     }
 
@@ -297,24 +302,31 @@ impl ConnQueue {
 
     /// Waits until frames are ready or the queue is closed, then takes every ready frame.
     pub async fn next_batch(&self) -> Drained {
-        loop {
-            if let Some(d) = self.try_drain() {
-                return d;
-            }
-            self.writer.notified().await;
+        std::future::poll_fn(|cx| self.poll_batch(cx)).await
+    }
+
+    /// Polls for the next batch: every ready frame, or the close reason. Registers `cx`'s
+    /// waker before looking, so a push racing with this poll wakes the writer again.
+    pub fn poll_batch(&self, cx: &mut Context<'_>) -> Poll<Drained> {
+        self.writer.register(cx.waker());
+        match self.try_drain() {
+            Some(d) => Poll::Ready(d),
+            None => Poll::Pending,
         }
     }
 
     /// Takes every ready frame without waiting; `None` when there is nothing to do.
     pub fn try_drain(&self) -> Option<Drained> {
         let mut taken: Vec<Frame> = Vec::new();
+        let mut single: Option<Frame> = None;
         let mut skipped = 0i64;
+        let from_replay;
         {
             let mut q = self.inner.lock();
             if let Some(reason) = q.closed {
                 return Some(Drained::Closed(reason));
             }
-            let from_replay = !q.replay.is_empty();
+            from_replay = !q.replay.is_empty();
             let lane_len = if from_replay {
                 q.replay.len()
             } else if q.replay_done {
@@ -325,58 +337,68 @@ impl ConnQueue {
             if lane_len == 0 {
                 return None;
             }
-            taken.reserve(lane_len);
             let mut last = q.last;
             let lane = if from_replay {
                 &mut q.replay
             } else {
                 &mut q.live
             };
-            for f in lane.drain(..) {
-                if f.id.pos > last {
-                    last = f.id.pos;
-                    taken.push(f);
-                } else {
-                    skipped += 1;
+            if lane_len == 1 {
+                // The common case of a subscriber that keeps up: no batch vector.
+                match lane.pop_front() {
+                    Some(f) if f.id.pos > last => {
+                        last = f.id.pos;
+                        single = Some(f);
+                    }
+                    _ => skipped += 1,
+                }
+            } else {
+                taken.reserve(lane_len);
+                for f in lane.drain(..) {
+                    if f.id.pos > last {
+                        last = f.id.pos;
+                        taken.push(f);
+                    } else {
+                        skipped += 1;
+                    }
                 }
             }
             q.last = last;
-            if let Some(f) = taken.last() {
+            if let Some(f) = single.as_ref().or(taken.last()) {
                 // Replayed frames carry no view: the client's view is then unknown.
                 q.client_view = f.view.clone();
             }
             if !from_replay {
                 q.bridge_pending = false;
-            }
-            if !from_replay {
                 q.live_bytes = 0;
             }
         }
-        if !taken.is_empty() || skipped > 0 {
-            PENDING_EVENTS.fetch_sub(taken.len() as i64 + skipped, Ordering::Relaxed);
+        let count = taken.len() + usize::from(single.is_some());
+        if count > 0 || skipped > 0 {
+            PENDING_EVENTS.fetch_sub(count as i64 + skipped, Ordering::Relaxed);
         }
-        self.replay_room.notify_one();
+        if from_replay {
+            self.replay_room.notify_one();
+        }
+        if let Some(f) = single {
+            crate::metrics::record_publish_to_write(f.born);
+            return Some(Drained::Frames(f.bytes));
+        }
         if taken.len() >= self.coalesce_from() {
             // Behind: what piled up goes out merged (SPEC §5).
             count_coalesced(coalesce(&mut taken, apply_patch));
         }
-        let oldest = taken.first().map(|f| f.born);
-        if let Some(born) = oldest {
-            metrics::histogram!(crate::metrics::PUBLISH_TO_WRITE)
-                .record(born.elapsed().as_secs_f64());
+        let oldest = taken.first()?.born;
+        crate::metrics::record_publish_to_write(oldest);
+        if taken.len() == 1 {
+            return taken.pop().map(|f| Drained::Frames(f.bytes));
         }
-        match taken.len() {
-            0 => None,
-            1 => taken.pop().map(|f| Drained::Frames(f.bytes)),
-            _ => {
-                let len = taken.iter().map(|f| f.bytes.len()).sum();
-                let mut buf = BytesMut::with_capacity(len);
-                for f in &taken {
-                    buf.extend_from_slice(&f.bytes);
-                }
-                Some(Drained::Frames(buf.freeze()))
-            }
+        let len = taken.iter().map(|f| f.bytes.len()).sum();
+        let mut buf = BytesMut::with_capacity(len);
+        for f in &taken {
+            buf.extend_from_slice(&f.bytes);
         }
+        Some(Drained::Frames(buf.freeze()))
     }
 }
 

@@ -1,0 +1,336 @@
+//! The connection front: every accepted TCP connection passes here first.
+//!
+//! A connection whose first request is an HTTP/1 subscribe (`GET
+//! /v1/threads/{threadId}/events`, no body, head within [`PEEK_BYTES`]) is served here: the
+//! head is parsed with `httparse` from a `peek` of the socket, the subscription is opened with
+//! the same [`subscribe::open`] the router's handler uses, and the stream is written by
+//! [`sse::write_socket`] straight to the socket, delimited by the connection's close
+//! (RFC 9112 §6.3). Every other connection (publish, health, metrics, HTTP/2, a subscribe
+//! with anything unusual in its head) is handed untouched — nothing was read from it — to
+//! hyper and the axum router, which answer exactly as before.
+//!
+//! Why not hyper for the common subscribe: a subscriber connection lives for hours and mostly
+//! idles. Through hyper it holds an 8 KiB read buffer, the dispatcher and the body stream's
+//! state (measured: ~24 KiB of RSS per idle connection), and every event crosses the
+//! dispatcher, the body adapter and a chunk encoder (~2.9 µs of user CPU per delivery). Served
+//! here, it is a socket, the queue and a small task (see `loadtest/REPORT.md` for the figures).
+//! Requests are still parsed by a library (`httparse`, hyper's own parser).
+
+use super::AppState;
+use super::subscribe::{self, Opened, SSE_HEADERS, SubscribeQuery};
+use crate::sse;
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::task::TaskTracker;
+
+/// Most bytes of a first request head the front looks at; a longer head goes to hyper.
+pub const PEEK_BYTES: usize = 4096;
+/// Most header fields of a subscribe request served by the front (more: hyper's path).
+const MAX_HEADERS: usize = 32;
+/// Time a new connection has to send the first bytes of its request head (and hyper's
+/// header read timeout), so connections that say nothing do not stay open forever.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause after a failed `accept` (typically EMFILE: out of file descriptors) before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts connections until `stop_accepting` completes, then waits for the open connections
+/// to finish (hyper's are asked to shut down gracefully; streams end when the drain closes
+/// their queues) or for `deadline`, whichever comes first.
+pub async fn serve<S, D>(
+    listener: TcpListener,
+    state: AppState,
+    router: Router,
+    stop_accepting: S,
+    deadline: D,
+) where
+    S: Future<Output = ()>,
+    D: Future<Output = ()>,
+{
+    let graceful = GracefulShutdown::new();
+    let tracker = TaskTracker::new();
+    tokio::pin!(stop_accepting);
+    loop {
+        let stream = tokio::select! {
+            biased;
+            _ = &mut stop_accepting => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        tracker.spawn(handle(
+            stream,
+            state.clone(),
+            router.clone(),
+            graceful.watcher(),
+        ));
+    }
+    drop(listener);
+    tracker.close();
+    tokio::select! {
+        _ = async {
+            graceful.shutdown().await;
+            tracker.wait().await;
+        } => {}
+        _ = deadline => tracing::warn!("drain deadline passed; closing remaining connections"),
+    }
+}
+
+/// One connection: served here when its first request is a plain subscribe, else by hyper.
+async fn handle(stream: TcpStream, state: AppState, router: Router, watcher: Watcher) {
+    // Frames are written whole; Nagle's algorithm would only delay the next one.
+    let _ = stream.set_nodelay(true);
+    match route(&stream).await {
+        Route::Subscribe(req) => serve_subscribe(stream, req, state).await,
+        Route::Hyper => serve_hyper(stream, router, watcher).await,
+        Route::Gone => {}
+    }
+}
+
+/// Where a connection goes.
+#[derive(Debug, PartialEq)]
+enum Route {
+    /// A subscribe request the front serves itself.
+    Subscribe(SubscribeRequest),
+    /// Anything else: hyper and the router.
+    Hyper,
+    /// The client closed, failed, or sent nothing within [`HEAD_TIMEOUT`].
+    Gone,
+}
+
+/// The parts of a subscribe request the front needs.
+#[derive(Debug, PartialEq)]
+struct SubscribeRequest {
+    /// Length of the request head in bytes (consumed from the socket before answering).
+    head_len: usize,
+    /// The `{threadId}` path segment, percent-decoded.
+    thread: String,
+    /// The raw `Last-Event-ID` header.
+    last_event_id: Option<Vec<u8>>,
+    /// The query string.
+    query: SubscribeQuery,
+}
+
+/// Peeks at the first bytes of the connection (without consuming them, so hyper can still be
+/// given the connection as it was) and decides where it goes.
+async fn route(stream: &TcpStream) -> Route {
+    let mut buf = vec![0u8; PEEK_BYTES];
+    match tokio::time::timeout(HEAD_TIMEOUT, stream.peek(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) | Err(_) => Route::Gone,
+        Ok(Ok(n)) => parse_subscribe(&buf[..n]).map_or(Route::Hyper, Route::Subscribe),
+    }
+}
+
+/// Parses `bytes` as the head of a subscribe request the front can serve: `GET`, the
+/// subscribe path with one non-empty segment (percent-decoded as axum's `Path` does), a query
+/// that parses (as axum's `Query` does), no request body, no upgrade, at most one
+/// `Last-Event-ID`. `None` for anything else, including an incomplete head: hyper's path
+/// answers those (with its own errors for malformed requests).
+fn parse_subscribe(bytes: &[u8]) -> Option<SubscribeRequest> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let httparse::Status::Complete(head_len) = req.parse(bytes).ok()? else {
+        return None;
+    };
+    if req.method? != "GET" {
+        return None;
+    }
+    let target = req.path?;
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let segment = path.strip_prefix("/v1/threads/")?.strip_suffix("/events")?;
+    if segment.is_empty() || segment.contains('/') {
+        return None;
+    }
+    let thread = percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    let query: SubscribeQuery = serde_urlencoded::from_str(query).ok()?;
+    let mut last_event_id = None;
+    for h in req.headers.iter() {
+        let name = h.name;
+        let has_body = (name.eq_ignore_ascii_case("content-length") && h.value != b"0")
+            || name.eq_ignore_ascii_case("transfer-encoding");
+        if has_body || name.eq_ignore_ascii_case("upgrade") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("last-event-id") {
+            if last_event_id.is_some() {
+                return None;
+            }
+            last_event_id = Some(h.value.to_vec());
+        }
+    }
+    Some(SubscribeRequest {
+        head_len,
+        thread,
+        last_event_id,
+        query,
+    })
+}
+
+/// Serves a subscribe request on the raw socket (see the module docs).
+async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: AppState) {
+    // Consume the head that `route` only peeked at.
+    let mut head = vec![0u8; req.head_len];
+    if stream.read_exact(&mut head).await.is_err() {
+        return;
+    }
+    drop(head);
+    let opened =
+        subscribe::open(&state, &req.thread, req.last_event_id.as_deref(), req.query).await;
+    match opened {
+        Ok(Opened::Stream {
+            queue,
+            prefix,
+            guard,
+            settings,
+        }) => sse::write_socket(stream, sse_head(), queue, prefix, settings, guard).await,
+        Ok(Opened::Unavailable(body)) => {
+            let mut out = sse_head().to_vec();
+            out.extend_from_slice(&body);
+            let _ = stream.write_all(&out).await;
+            let _ = stream.shutdown().await;
+        }
+        Err(e) => write_response(stream, e.into_response()).await,
+    }
+}
+
+/// The response head of an event stream served by the front: `200`, the SSE headers,
+/// `connection: close` (the body ends with the connection) and `date` (RFC 9110 §6.6.1).
+fn sse_head() -> Bytes {
+    let mut head = String::with_capacity(192);
+    head.push_str("HTTP/1.1 200 OK\r\n");
+    for (name, value) in SSE_HEADERS {
+        push_header(&mut head, name, value);
+    }
+    push_header(&mut head, "connection", "close");
+    push_header(
+        &mut head,
+        "date",
+        &httpdate::fmt_http_date(SystemTime::now()),
+    );
+    head.push_str("\r\n");
+    Bytes::from(head)
+}
+
+fn push_header(head: &mut String, name: &str, value: &str) {
+    head.push_str(name);
+    head.push_str(": ");
+    head.push_str(value);
+    head.push_str("\r\n");
+}
+
+/// Writes a complete (small: an error's JSON) response and closes the connection.
+async fn write_response(mut stream: TcpStream, resp: Response) {
+    let (parts, body) = resp.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\n",
+        parts.status.as_u16(),
+        parts.status.canonical_reason().unwrap_or("")
+    );
+    for (name, value) in &parts.headers {
+        // Header values an error response carries are visible ASCII (JSON type, numbers).
+        if let Ok(value) = value.to_str() {
+            push_header(&mut head, name.as_str(), value);
+        }
+    }
+    push_header(&mut head, "content-length", &body.len().to_string());
+    push_header(&mut head, "connection", "close");
+    push_header(
+        &mut head,
+        "date",
+        &httpdate::fmt_http_date(SystemTime::now()),
+    );
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    let _ = stream.write_all(&out).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves a connection with hyper (HTTP/1 with keep-alive, or HTTP/2) and the router.
+async fn serve_hyper(stream: TcpStream, router: Router, watcher: Watcher) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT);
+    let service = TowerToHyperService::new(router);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::trace!(error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &str) -> Option<SubscribeRequest> {
+        parse_subscribe(head.as_bytes())
+    }
+
+    #[test]
+    fn plain_subscribe_is_taken() {
+        let r = parse(
+            "GET /v1/threads/t%2D1/events?from=start HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0-5\r\nAccept: text/event-stream\r\n\r\n",
+        )
+        .expect("taken");
+        assert_eq!(r.thread, "t-1");
+        assert_eq!(r.last_event_id.as_deref(), Some(&b"0-5"[..]));
+        assert_eq!(r.query.from.as_deref(), Some("start"));
+        assert_eq!(r.query.last_event_id, None);
+        assert_eq!(
+            r.head_len,
+            "GET /v1/threads/t%2D1/events?from=start HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0-5\r\nAccept: text/event-stream\r\n\r\n".len()
+        );
+    }
+
+    #[test]
+    fn anything_unusual_goes_to_hyper() {
+        for head in [
+            // incomplete head
+            "GET /v1/threads/t/events HTTP/1.1\r\nHost: x\r\n",
+            // other methods and paths
+            "POST /v1/threads/t/events HTTP/1.1\r\n\r\n",
+            "HEAD /v1/threads/t/events HTTP/1.1\r\n\r\n",
+            "GET /v1/threads/t/snapshot HTTP/1.1\r\n\r\n",
+            "GET /v1/threads//events HTTP/1.1\r\n\r\n",
+            "GET /v1/threads/a/b/events HTTP/1.1\r\n\r\n",
+            "GET /healthz HTTP/1.1\r\n\r\n",
+            // a body, an upgrade, a repeated Last-Event-ID
+            "GET /v1/threads/t/events HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            "GET /v1/threads/t/events HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET /v1/threads/t/events HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+            "GET /v1/threads/t/events HTTP/1.1\r\nLast-Event-ID: 1\r\nLast-Event-ID: 2\r\n\r\n",
+            // a query axum's `Query` refuses (duplicate key), a non-UTF-8 segment
+            "GET /v1/threads/t/events?from=start&from=x HTTP/1.1\r\n\r\n",
+            "GET /v1/threads/%FF/events HTTP/1.1\r\n\r\n",
+            // HTTP/2 prior knowledge
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            "not http at all\r\n\r\n",
+        ] {
+            assert_eq!(parse(head), None, "{head:?}");
+        }
+    }
+}
