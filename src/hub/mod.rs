@@ -285,16 +285,27 @@ impl Hub {
                     view,
                 ));
                 st.subscribers.push((key, queue.clone()));
-                Some((queue, st.cursor, prelude, st.fold.is_some()))
+                let epoch = st.head.map(|h| h.epoch);
+                Some((queue, st.cursor, prelude, st.fold.is_some(), epoch))
             }
         };
-        let Some((queue, replay_until, prelude, fold_known)) = registered else {
+        let Some((queue, replay_until, prelude, fold_known, epoch)) = registered else {
             // The last subscriber left between our lookup and now, and this thread hub is no
             // longer the followed one: start over with a fresh one.
             return Box::pin(self.subscribe(thread, start)).await;
         };
         metrics::gauge!(m::CONNECTIONS).increment(1.0);
         if let Some(from) = replay_from {
+            // `?from=start` was decided on a complete log, but the log may be trimmed before
+            // the replay reads it: read "after position 0" of this epoch instead, which the log
+            // refuses (a gap) once anything was trimmed, rather than starting mid-thread.
+            let from = match (from, epoch) {
+                (ReadFrom::Start, Some(epoch)) => ReadFrom::After(EventId {
+                    epoch,
+                    pos: StreamPos::ZERO,
+                }),
+                (from, _) => from,
+            };
             tokio::spawn(replay(
                 self.shared.log.clone(),
                 thread.clone(),
@@ -626,6 +637,15 @@ async fn replay(
         };
         let entries = match page {
             Ok(entries) => entries,
+            Err(LogError::Gap(gap)) => {
+                // Trimmed (or recreated) since the subscription was decided: the client comes
+                // back with its last id and gets a prelude.
+                tracing::info!(%thread, reason = gap.as_str(), "replay range no longer in the log; closing the stream so the client resumes");
+                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                    .increment(1);
+                queue.close(CloseReason::Discontinuity);
+                return;
+            }
             Err(e) => {
                 tracing::warn!(%thread, error = %e, "replay read failed; closing the stream so the client resumes");
                 metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Backend.as_str())
