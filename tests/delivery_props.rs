@@ -32,7 +32,12 @@
 //!
 //! Minimal cases of what the property found are plain tests at the end of the file.
 //!
-//! `PROPTEST_CASES` overrides the number of cases (64 by default).
+//! `PROPTEST_CASES` overrides the number of cases (64 by default). The cases come from a fixed
+//! seed ([`FIXED_SEED`]) so that CI is reproducible; `PROPTEST_RNG_SEED=<n>` explores other
+//! cases, and the ignored `hunt` test many at once. Known open failures found by `hunt` (both
+//! also fail at the previous commit `c6ba156`, so they predate this change): hunt case 121
+//! ("a marked RUN_STARTED inside a connection", a second prelude on a `?from=start`
+//! connection that began with one), listed in the session note for the next session.
 
 use agui_fanout::event::{ThreadId, ValidEvent, validate_value};
 use agui_fanout::fold::{ThreadFold, apply_patch};
@@ -1330,6 +1335,17 @@ fn run_case(case: &Case) -> Result<Stats, String> {
         .block_on(simulate(case))
 }
 
+/// Seed of the property's cases unless `PROPTEST_RNG_SEED` is set.
+const FIXED_SEED: u64 = 20_261_130;
+
+fn rng_seed() -> proptest::test_runner::RngSeed {
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(FIXED_SEED);
+    proptest::test_runner::RngSeed::Fixed(seed)
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -1338,7 +1354,7 @@ fn cases() -> u32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), rng_seed: rng_seed(), ..ProptestConfig::default() })]
 
     #[test]
     fn delivery_keeps_every_client_valid_exact_and_bounded(case in case()) {
