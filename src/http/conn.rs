@@ -218,14 +218,16 @@ fn sse_head() -> Bytes {
     for (name, value) in SSE_HEADERS {
         push_header(&mut head, name, value);
     }
-    push_header(&mut head, "connection", "close");
-    push_header(
-        &mut head,
-        "date",
-        &httpdate::fmt_http_date(SystemTime::now()),
-    );
-    head.push_str("\r\n");
+    end_head(&mut head);
     Bytes::from(head)
+}
+
+/// Ends a response head of the front: `connection: close` (the connection ends with the
+/// response), `date` (RFC 9110 §6.6.1) and the blank line.
+fn end_head(head: &mut String) {
+    push_header(head, "connection", "close");
+    push_header(head, "date", &httpdate::fmt_http_date(SystemTime::now()));
+    head.push_str("\r\n");
 }
 
 fn push_header(head: &mut String, name: &str, value: &str) {
@@ -255,13 +257,7 @@ async fn write_response(mut stream: TcpStream, resp: Response) {
         }
     }
     push_header(&mut head, "content-length", &body.len().to_string());
-    push_header(&mut head, "connection", "close");
-    push_header(
-        &mut head,
-        "date",
-        &httpdate::fmt_http_date(SystemTime::now()),
-    );
-    head.push_str("\r\n");
+    end_head(&mut head);
     let mut out = head.into_bytes();
     out.extend_from_slice(&body);
     let _ = stream.write_all(&out).await;
