@@ -141,6 +141,11 @@ fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out:
     let mut rs = (**started).clone();
     if mark {
         mark_prelude(&mut rs);
+    } else {
+        // A fold rebuilt from a checkpoint (itself a prelude, SPEC §6) holds the marked
+        // RUN_STARTED: a bridge must not pass that mark on, or the client would take it for
+        // the start of a new connection.
+        unmark_prelude(&mut rs);
     }
     out.push(rs);
     push_messages_snapshot(truth, out);
@@ -178,6 +183,23 @@ fn push_terminals(run: &RunStatus, out: &mut Vec<Value>) {
             out.push((**run_error).clone());
         }
         RunStatus::None | RunStatus::Running { .. } => {}
+    }
+}
+
+/// Removes what [`mark_prelude`] added: the `agui-fanout` key of the event's metadata, and the
+/// metadata itself when nothing else is left in it.
+pub fn unmark_prelude(run_started: &mut Value) {
+    if let Value::Object(map) = run_started {
+        let now_empty = match map.get_mut("metadata") {
+            Some(Value::Object(meta)) => {
+                meta.shift_remove(PRELUDE_METADATA_KEY);
+                meta.is_empty()
+            }
+            _ => false,
+        };
+        if now_empty {
+            map.shift_remove("metadata");
+        }
     }
 }
 
@@ -358,6 +380,39 @@ fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A fold rebuilt from a checkpoint holds the checkpoint's marked `RUN_STARTED`; a bridge
+    /// from it must restate the run unmarked, a prelude marked. (Found by the delivery
+    /// property, hunt case 121: a marked RUN_STARTED inside a connection.)
+    #[test]
+    fn a_fold_from_a_checkpoint_does_not_pass_the_prelude_mark_to_bridges() {
+        let mut original = ThreadFold::new();
+        for e in [
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}),
+        ] {
+            original.apply_logged(&e).expect("valid");
+        }
+        // What `load_fold` does with a checkpoint: fold the stored prelude.
+        let mut from_checkpoint = ThreadFold::new();
+        for e in prelude(&original) {
+            from_checkpoint
+                .apply_logged(&e)
+                .expect("a prelude is valid");
+        }
+        let nothing = ThreadFold::new();
+        let bridged = bridge(nothing.checker(), &from_checkpoint);
+        assert_eq!(bridged[0]["type"], "RUN_STARTED", "{bridged:?}");
+        assert!(!is_prelude_start(&bridged[0]), "{:?}", bridged[0]);
+        assert_eq!(
+            bridged[0],
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"}),
+            "the producer's event, as it was"
+        );
+        let pre = prelude(&from_checkpoint);
+        assert!(is_prelude_start(&pre[0]), "{:?}", pre[0]);
+    }
 
     /// Every recorded .NET run, and the runs of one test folder concatenated (several runs on
     /// one thread).
