@@ -19,7 +19,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// One encoded event, shared by all subscribers of a node.
@@ -320,19 +319,23 @@ impl WriterState {
 /// While waiting it also watches the socket for reads, so a client that closes its end is
 /// noticed at once (anything it sends is read and ignored) rather than at the next write.
 pub async fn write_socket(
-    mut io: TcpStream,
+    io: TcpStream,
     head: Bytes,
     queue: Arc<ConnQueue>,
     prefix: Vec<Bytes>,
     settings: StreamSettings,
     guard: Guard,
 ) {
+    let io = Arc::new(io);
     let mut first = BytesMut::from(&head[..]);
     first.extend_from_slice(&first_write(&settings, prefix));
-    if io.write_all(&first).await.is_err() {
+    if write_all(&io, &first).await.is_err() {
         return;
     }
     drop(first);
+    // From here on the hub may write frames itself while this writer is idle.
+    queue.attach_socket(io.clone());
+    let _detach = Detach(queue.clone());
     let heartbeat = Box::pin(tokio::time::sleep(settings.heartbeat));
     let mut st = WriterState {
         queue,
@@ -363,14 +366,14 @@ pub async fn write_socket(
             SocketWake::Stream(Wake::Frames(bytes)) => bytes,
             SocketWake::Stream(Wake::Closed(last)) => {
                 if let Some(last) = last {
-                    let _ = io.write_all(&last).await;
+                    let _ = write_all(&io, &last).await;
                 }
-                let _ = io.shutdown().await;
                 return;
             }
             SocketWake::Stream(Wake::Heartbeat) => match st.on_heartbeat() {
-                Some(bytes) => bytes,
-                None => continue,
+                // A frame the hub wrote partly goes first: skip this heartbeat.
+                Some(bytes) if st.queue.begin_own_write() => bytes,
+                _ => continue,
             },
             SocketWake::Readable => {
                 let mut scratch = [0u8; 256];
@@ -383,11 +386,36 @@ pub async fn write_socket(
                 }
             }
         };
-        if io.write_all(&bytes).await.is_err() {
+        if write_all(&io, &bytes).await.is_err() {
             return;
         }
+        st.queue.writer_done();
         st.wrote_at = tokio::time::Instant::now();
     }
+}
+
+/// Detaches the socket from the queue when the writer ends, so that the connection closes
+/// with the writer's handle (the queue may outlive it briefly).
+struct Detach(Arc<ConnQueue>);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        self.0.detach_socket();
+    }
+}
+
+/// Writes all of `buf` to a socket shared with the hub (which writes only while this writer
+/// is idle, see `ConnQueue::attach_socket`).
+async fn write_all(io: &TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match io.try_write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => io.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// Events pending in all connection queues of this process (for the queue-depth gauge).
@@ -124,6 +125,14 @@ struct Inner {
     /// against the bounds (its size is the thread's fold, not the backlog).
     bridge_pending: bool,
     closed: Option<CloseReason>,
+    /// The subscriber's socket, when its writer writes to the raw socket (see
+    /// [`ConnQueue::attach_socket`]): the hub may then write a frame itself.
+    socket: Option<Arc<TcpStream>>,
+    /// The writer holds bytes it took and has not finished writing (or is writing a
+    /// heartbeat): nobody else may write to the socket meanwhile.
+    writer_busy: bool,
+    /// The rest of a frame the hub wrote only partly: it goes out before anything else.
+    partial: Option<Bytes>,
 }
 
 impl ConnQueue {
@@ -146,6 +155,9 @@ impl ConnQueue {
                 last: after,
                 bridge_pending: false,
                 closed: None,
+                socket: None,
+                writer_busy: false,
+                partial: None,
             }),
             writer: AtomicWaker::new(),
             replay_room: Notify::new(),
@@ -172,6 +184,17 @@ impl ConnQueue {
             if q.closed.is_some() {
                 return Ok(());
             }
+            if let [frame] = frames
+                && Self::write_direct(&mut q, frame)
+            {
+                let partly = q.partial.is_some();
+                drop(q);
+                crate::metrics::record_publish_to_write(frame.born);
+                if partly {
+                    self.writer.wake();
+                }
+                return Ok(());
+            }
             let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
             q.live.extend(frames.iter().cloned());
             q.live_bytes += bytes;
@@ -189,6 +212,66 @@ impl ConnQueue {
             self.writer.wake();
         }
         result
+    }
+
+    /// Lets the hub write frames straight to `socket` while nothing is pending and the writer
+    /// is idle (a subscriber that keeps up then costs no wake-up of its writer per event). The
+    /// writer calls [`ConnQueue::writer_done`] after each of its own writes and
+    /// [`ConnQueue::detach_socket`] when it ends.
+    pub fn attach_socket(&self, socket: Arc<TcpStream>) {
+        self.inner.lock().socket = Some(socket);
+    }
+
+    /// Forgets the socket (the writer ended): the connection closes with the writer's handle.
+    pub fn detach_socket(&self) {
+        self.inner.lock().socket = None;
+    }
+
+    /// The writer finished writing what it took: the socket is free again.
+    pub fn writer_done(&self) {
+        self.inner.lock().writer_busy = false;
+    }
+
+    /// The writer is about to write bytes of its own (a heartbeat): `false` when a partly
+    /// written frame must go first (the writer then drains instead).
+    pub fn begin_own_write(&self) -> bool {
+        let mut q = self.inner.lock();
+        if q.partial.is_some() {
+            return false;
+        }
+        q.writer_busy = true;
+        true
+    }
+
+    /// Writes `frame` to the attached socket under the queue's lock, when that keeps the
+    /// stream's order: nothing pending, no replay, writer idle, frame newer than the last one
+    /// written. `false`: nothing was written (the caller queues the frame). A partial write
+    /// keeps the rest in `partial`, ahead of everything else.
+    fn write_direct(q: &mut Inner, frame: &Frame) -> bool {
+        let Some(socket) = q.socket.as_ref() else {
+            return false;
+        };
+        if !q.replay_done
+            || !q.replay.is_empty()
+            || !q.live.is_empty()
+            || q.writer_busy
+            || q.partial.is_some()
+            || frame.id.pos <= q.last
+        {
+            return false;
+        }
+        match socket.try_write(&frame.bytes) {
+            Ok(n) => {
+                if n < frame.bytes.len() {
+                    q.partial = Some(frame.bytes.slice(n..));
+                }
+                q.last = frame.id.pos;
+                q.client_view = frame.view.clone();
+                true
+            }
+            // Full (the writer waits for room) or failed (the writer notices the close).
+            Err(_) => false,
+        }
     }
 
     /// Replaces everything pending in the live lane by `bridge` (SPEC §5 "Reset"), which
@@ -323,6 +406,11 @@ impl ConnQueue {
         let from_replay;
         {
             let mut q = self.inner.lock();
+            if let Some(rest) = q.partial.take() {
+                // The rest of a frame the hub started: before anything, even the close.
+                q.writer_busy = true;
+                return Some(Drained::Frames(rest));
+            }
             if let Some(reason) = q.closed {
                 return Some(Drained::Closed(reason));
             }
@@ -371,6 +459,9 @@ impl ConnQueue {
             if !from_replay {
                 q.bridge_pending = false;
                 q.live_bytes = 0;
+            }
+            if single.is_some() || !taken.is_empty() {
+                q.writer_busy = true;
             }
         }
         let count = taken.len() + usize::from(single.is_some());
