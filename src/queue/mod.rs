@@ -9,6 +9,11 @@
 //! The writer drains the replay lane first, then the live lane, and skips any frame at or
 //! before the last position it wrote, which makes the replay → live hand-over exact.
 //!
+//! Direct writes: when the writer writes to a raw socket ([`ConnQueue::attach_socket`]), a live
+//! push that finds nothing pending and the writer idle is written to the socket by the pusher
+//! itself, under the queue's lock (so it cannot interleave with the writer); the unwritten rest
+//! of a partial write is kept ahead of everything else.
+//!
 //! Lock discipline: one `parking_lot::Mutex` per connection, held only to move `Bytes`
 //! handles; the writer is woken after the lock is dropped. The writer is the only consumer,
 //! so it waits on an `AtomicWaker` (one atomic swap per push) rather than a `Notify`, whose
