@@ -217,3 +217,107 @@ async fn unusual_subscribes_are_served_by_hyper() {
     let resp = exchange(server.addr, "BLAH\r\n\r\n", "\r\n\r\n").await;
     assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
 }
+
+/// A slow reader with a small receive buffer makes the broker's writes to its socket partial,
+/// on the fan-out's direct path as well as the writer's: every frame must still arrive whole
+/// and in order (the rest of a partly written frame goes out before anything else).
+#[tokio::test]
+async fn partial_writes_keep_every_frame_whole_and_in_order() {
+    const EVENTS: usize = 300;
+    let server = broker::start(|c| {
+        c.queue.max_bytes = 64 << 20;
+        c.queue.max_events = 100_000;
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let t = broker::thread_id("partial");
+    sse_client::publish_ok(
+        &base,
+        &t,
+        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
+    )
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(server.addr).await.unwrap();
+    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    while !String::from_utf8_lossy(&got).contains("retry: ") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    // 300 events of ~30 KB, one per POST (each fanned out alone: the direct path), while the
+    // reader takes 1 KB every millisecond at first.
+    let publisher = {
+        let (base, t) = (base.clone(), t.clone());
+        tokio::spawn(async move {
+            let pad = "x".repeat(30_000);
+            for seq in 0..EVENTS {
+                let ev = json!({"type":"CUSTOM","name":"partial","value":{"seq":seq,"pad":pad}});
+                let r = sse_client::publish_one(&base, &t, &ev).await;
+                assert_eq!(r.status(), 200);
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut slow = 0usize;
+    let last = format!("\"seq\":{}", EVENTS - 1);
+    loop {
+        // Only the tail: the last event is ~30 KB.
+        let tail = String::from_utf8_lossy(&got[got.len().saturating_sub(64 << 10)..]);
+        if tail.contains(&last) && tail.ends_with("\n\n") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all events within 60 s"
+        );
+        let n = if slow < 2_000 {
+            // Slow at first: 1 KB per millisecond.
+            slow += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            1024
+        } else {
+            buf.len()
+        };
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf[..n]))
+            .await
+            .expect("bytes within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    publisher.await.unwrap();
+    let text = String::from_utf8(got).expect("UTF-8");
+    let (_, body) = split_head(&text);
+    let mut next = 0u64;
+    for frame in body.split_terminator("\n\n") {
+        for line in frame.split('\n') {
+            let Some(data) = line.strip_prefix("data: ") else {
+                assert!(
+                    line.starts_with("id: ")
+                        || line.starts_with("retry: ")
+                        || line.starts_with(':'),
+                    "unexpected line {:?}",
+                    &line[..line.len().min(80)]
+                );
+                continue;
+            };
+            let v: Value = serde_json::from_str(data).unwrap_or_else(|e| {
+                panic!(
+                    "a frame arrived broken ({e}): {:?}",
+                    &data[..data.len().min(120)]
+                )
+            });
+            if v["type"] == "CUSTOM" {
+                assert_eq!(v["value"]["seq"], next, "in order, no gap, no duplicate");
+                next += 1;
+            }
+        }
+    }
+    assert_eq!(next, EVENTS as u64);
+}
