@@ -147,9 +147,16 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
                 tokio::time::sleep(drain).await;
             }
         };
-        let deadline = async {
-            stop.cancelled().await;
-            tokio::time::sleep(drain + DRAIN_GRACE).await;
+        // Counted from SIGTERM, not from when the accept loop ends: a task of its own.
+        let deadline = {
+            let fired = CancellationToken::new();
+            let (stop, fire) = (stop.clone(), fired.clone());
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                tokio::time::sleep(drain + DRAIN_GRACE).await;
+                fire.cancel();
+            });
+            fired.cancelled_owned()
         };
         http::conn::serve(listener, serve_state, router, stop_accepting, deadline).await;
         upkeep.abort();

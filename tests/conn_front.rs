@@ -321,3 +321,20 @@ async fn partial_writes_keep_every_frame_whole_and_in_order() {
     }
     assert_eq!(next, EVENTS as u64);
 }
+
+/// The drain's hard deadline (drain + 5 s) counts from SIGTERM: a connection that never sends
+/// a request head (it would hold the front for 30 s) does not keep the node past it.
+#[tokio::test]
+async fn shutdown_deadline_counts_from_the_signal() {
+    let server = broker::start(|c| c.shutdown.drain = Duration::from_secs(4)).await;
+    let _silent = TcpStream::connect(server.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    server.stop().await;
+    let took = started.elapsed();
+    // drain (4 s) + grace (5 s); counted from the end of the drain it was 13 s.
+    assert!(took < Duration::from_secs(11), "stopped after {took:?}");
+    assert!(
+        took >= Duration::from_secs(4),
+        "stopped before the drain ended: {took:?}"
+    );
+}

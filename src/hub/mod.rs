@@ -116,6 +116,9 @@ struct Shared {
     limits: QueueLimits,
     next_key: AtomicU64,
     shutdown: CancellationToken,
+    /// Set when [`Hub::drain_streams`] starts: a subscriber registered after it took its list
+    /// is closed at once (see `subscribe`).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// One followed thread.
@@ -151,6 +154,7 @@ impl Hub {
                 threads: DashMap::new(),
                 limits,
                 next_key: AtomicU64::new(1),
+                draining: std::sync::atomic::AtomicBool::new(false),
                 shutdown: shutdown.clone(),
             }),
         };
@@ -171,8 +175,11 @@ impl Hub {
     /// Ends every open stream of this node within `drain` (SIGTERM, SPEC §9): the queues are
     /// closed in random order, evenly spread over the period, so that clients do not all
     /// reconnect at the same moment; each writer then sends a jittered `retry:` and ends its
-    /// stream. Streams opened meanwhile are not touched (a draining node refuses them).
+    /// stream. A subscriber registered after the list was taken (its subscribe started before
+    /// the drain) is closed as soon as it registers.
     pub async fn drain_streams(&self, drain: Duration) {
+        // Before the list is taken: whoever registers after it sees the flag (`subscribe`).
+        self.shared.draining.store(true, Ordering::SeqCst);
         let mut queues: Vec<Arc<ConnQueue>> = Vec::new();
         for th in self.shared.threads.iter() {
             let st = th.state.lock();
@@ -295,6 +302,12 @@ impl Hub {
             return Box::pin(self.subscribe(thread, start)).await;
         };
         metrics::gauge!(m::CONNECTIONS).increment(1.0);
+        if self.shared.draining.load(Ordering::SeqCst) {
+            // Registered after the drain took its list of streams (the subscribe passed the
+            // node's draining check before SIGTERM, then waited for the log): end it now, with
+            // its jittered `retry:`, rather than let it outlive the drain.
+            queue.close(CloseReason::Shutdown);
+        }
         if let Some(from) = replay_from {
             // `?from=start` was decided on a complete log, but the log may be trimmed before
             // the replay reads it: read "after position 0" of this epoch instead, which the log
