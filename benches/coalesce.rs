@@ -82,24 +82,7 @@ fn state_deltas(n: usize) -> Vec<Value> {
 }
 
 fn recorded_files() -> Vec<PathBuf> {
-    let root = agui_fanout::fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines");
-    let mut files = Vec::new();
-    let mut dirs = vec![root];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path
-                .to_string_lossy()
-                .ends_with(".Response.Server.AGUI.verified.json")
-            {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
+    agui_fanout::recorded_responses()
 }
 
 fn read_events(path: &Path) -> Vec<Value> {

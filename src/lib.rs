@@ -60,3 +60,29 @@ pub fn fixtures_dir() -> std::path::PathBuf {
     }
     PathBuf::from("/work/shared/fixtures")
 }
+
+/// Every recorded .NET producer response stream of the shared fixtures
+/// (`agui-recorded/dotnet-getting-started-baselines/**/…Response.Server.AGUI.verified.json`),
+/// sorted by path. Empty when the fixtures are missing. For tests and benches.
+#[doc(hidden)]
+pub fn recorded_responses() -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path
+                .to_string_lossy()
+                .ends_with(".Response.Server.AGUI.verified.json")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}

@@ -330,27 +330,7 @@ async fn an_unreachable_broker_is_a_request_error() {
 /// The .NET AG-UI baselines (real producer output, each file starting with a UTF-8 BOM) from
 /// the project's shared fixtures (`agui_fanout::fixtures_dir()`).
 fn dotnet_baselines() -> Vec<std::path::PathBuf> {
-    let dir = agui_fanout::fixtures_dir().join("agui-recorded/dotnet-getting-started-baselines");
-    let mut files = Vec::new();
-    let mut stack = vec![dir];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path
-                .to_string_lossy()
-                .ends_with(".Response.Server.AGUI.verified.json")
-            {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
+    agui_fanout::recorded_responses()
 }
 
 #[tokio::test]

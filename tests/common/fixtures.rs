@@ -10,21 +10,8 @@ pub fn root() -> PathBuf {
 
 /// Every recorded .NET server response stream (`…Response.Server.AGUI.verified.json`), sorted.
 pub fn recorded_responses() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let dir = root().join("agui-recorded/dotnet-getting-started-baselines");
-    for step in std::fs::read_dir(&dir).expect("fixtures present") {
-        let step = step.unwrap().path();
-        for f in std::fs::read_dir(&step).unwrap() {
-            let f = f.unwrap().path();
-            if f.to_string_lossy()
-                .ends_with("Response.Server.AGUI.verified.json")
-            {
-                out.push(f);
-            }
-        }
-    }
-    out.sort();
-    assert!(!out.is_empty());
+    let out = agui_fanout::recorded_responses();
+    assert!(!out.is_empty(), "fixtures present");
     out
 }
 
