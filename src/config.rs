@@ -56,6 +56,12 @@ pub struct SseConfig {
     /// Interval of heartbeat comments on an otherwise idle stream (humantime, e.g. `"15s"`).
     #[serde(with = "humantime_serde")]
     pub heartbeat: Duration,
+    /// A subscriber whose socket accepts no byte for this long is disconnected (humantime,
+    /// e.g. `"60s"`; nginx's `send_timeout`): a client that stopped reading costs the fan-out
+    /// nothing (its queue is reset and drops what comes), but it holds a socket and its kernel
+    /// buffers until then. Applies to HTTP/1 streams written by the connection front.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
 }
 
 /// Per-connection queue bounds (SPEC §5). A subscriber whose queue would exceed either bound
@@ -125,6 +131,7 @@ impl Default for SseConfig {
         SseConfig {
             retry_ms: 2_000,
             heartbeat: Duration::from_secs(15),
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -241,6 +248,9 @@ impl Config {
         }
         if self.sse.heartbeat.is_zero() {
             return bad("sse.heartbeat must be > 0");
+        }
+        if self.sse.write_timeout.is_zero() {
+            return bad("sse.write_timeout must be > 0");
         }
         if !self.redis_url.is_empty()
             && !self.redis_url.starts_with("redis://")

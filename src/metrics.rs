@@ -34,6 +34,9 @@ pub const BACKEND_LATENCY: &str = "agui_backend_latency_seconds";
 pub const PUBLISH_TO_WRITE: &str = "agui_publish_to_write_seconds";
 /// Gauge: events pending in connection queues on this node (sum over connections).
 pub const QUEUE_DEPTH: &str = "agui_queue_depth_events";
+/// Gauge: connections whose queue was reset (snapshot-and-reset) and whose writer has not
+/// come back for its bridge yet: subscribers that are not reading.
+pub const RESETS_PENDING: &str = "agui_resets_pending";
 /// Counter: entries found in the log that failed validation (skipped, never delivered).
 pub const INVALID_ENTRIES: &str = "agui_log_invalid_entries_total";
 /// Gauge: 1 while the log backend answers, 0 otherwise.
@@ -124,6 +127,10 @@ fn describe() {
     describe_gauge!(
         QUEUE_DEPTH,
         "Events pending in connection queues on this node."
+    );
+    describe_gauge!(
+        RESETS_PENDING,
+        "Connections reset for overflow whose client has not read since (stalled subscribers)."
     );
     describe_counter!(
         INVALID_ENTRIES,

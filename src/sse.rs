@@ -172,6 +172,9 @@ pub struct StreamSettings {
     pub retry_ms: u64,
     /// Idle time after which a heartbeat comment is written.
     pub heartbeat: Duration,
+    /// Longest wait for the socket to accept a byte before the stream is given up (streams
+    /// written to the raw socket, [`write_socket`]).
+    pub write_timeout: Duration,
 }
 
 impl StreamSettings {
@@ -327,9 +330,10 @@ pub async fn write_socket(
     guard: Guard,
 ) {
     let io = Arc::new(io);
+    let patience = settings.write_timeout;
     let mut first = BytesMut::from(&head[..]);
     first.extend_from_slice(&first_write(&settings, prefix));
-    if write_all(&io, &first).await.is_err() {
+    if write_all(&io, &first, patience).await.is_err() {
         return;
     }
     drop(first);
@@ -366,7 +370,7 @@ pub async fn write_socket(
             SocketWake::Stream(Wake::Frames(bytes)) => bytes,
             SocketWake::Stream(Wake::Closed(last)) => {
                 if let Some(last) = last {
-                    let _ = write_all(&io, &last).await;
+                    let _ = write_all(&io, &last, patience).await;
                 }
                 return;
             }
@@ -386,7 +390,12 @@ pub async fn write_socket(
                 }
             }
         };
-        if write_all(&io, &bytes).await.is_err() {
+        if let Err(e) = write_all(&io, &bytes, patience).await {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                tracing::debug!("subscriber accepted nothing for the write timeout; disconnecting");
+                metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout")
+                    .increment(1);
+            }
             return;
         }
         st.queue.writer_done();
@@ -406,12 +415,20 @@ impl Drop for Detach {
 
 /// Writes all of `buf` to a socket shared with the hub (which writes only while this writer
 /// is idle, see `ConnQueue::attach_socket`).
-async fn write_all(io: &TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
+///
+/// # Errors
+/// The socket's error; `TimedOut` when the socket accepted no byte for `patience`.
+async fn write_all(io: &TcpStream, mut buf: &[u8], patience: Duration) -> std::io::Result<()> {
     while !buf.is_empty() {
         match io.try_write(buf) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => io.writable().await?,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(patience, io.writable()).await {
+                    Ok(ready) => ready?,
+                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                }
+            }
             Err(e) => return Err(e),
         }
     }

@@ -643,11 +643,11 @@ async fn writes(base: &str) -> f64 {
     metric(base, "agui_publish_to_write_seconds_count", &[]).await
 }
 
-/// Whether the broker's connection writers are stuck: frames pending in its queues and no write,
-/// on [`STUCK_POLLS`] consecutive `/metrics` answers. Those answers come from the runtime that
-/// would run a writer able to write (and frames pending have woken it), so a writer that shows no
-/// progress across them cannot write. Meant for a broker whose only subscriber that has something
-/// to write is the stalled one.
+/// Whether the broker's connection writers are stuck: frames pending in its queues (a reset
+/// waiting for its bridge counts as one) and no write, on [`STUCK_POLLS`] consecutive `/metrics`
+/// answers. Those answers come from the runtime that would run a writer able to write (and
+/// frames pending have woken it), so a writer that shows no progress across them cannot write.
+/// Meant for a broker whose only subscriber that has something to write is the stalled one.
 async fn writer_stuck(base: &str) -> bool {
     let before = writes(base).await;
     for _ in 0..STUCK_POLLS {
@@ -665,20 +665,12 @@ async fn writer_stuck(base: &str) -> bool {
 enum Overfull {
     /// `agui_events_coalesced_total` rose (d).
     Coalesced,
-    /// `agui_resets_total{cause="overflow"}` rose (e).
+    /// A reset is waiting for the writer, `agui_resets_pending` (e): the bridge is built when
+    /// the writer comes back, and until then every push is dropped.
     Reset,
 }
 
-impl Overfull {
-    async fn count(self, base: &str) -> f64 {
-        match self {
-            Overfull::Coalesced => coalesced(base).await,
-            Overfull::Reset => resets(base).await,
-        }
-    }
-}
-
-/// Publishes `pad(i)` events, one per POST, until `signal` rose and [`writer_stuck`] holds;
+/// Publishes `pad(i)` events, one per POST, until `signal` shows and [`writer_stuck`] holds;
 /// returns the bytes of padding published. Panics if more than `capacity` bytes (a bound past
 /// which the writer must be stuck, see [`stall_capacity`]) did not get there.
 async fn pad_until_stuck(
@@ -688,18 +680,23 @@ async fn pad_until_stuck(
     signal: Overfull,
     capacity: usize,
 ) -> usize {
-    let mut seen = signal.count(base).await;
+    let mut seen = coalesced(base).await;
     let mut sent = 0usize;
     for i in 0.. {
         let e = pad(i);
         sent += e.to_string().len();
         publish_own(p, e).await;
-        let now = signal.count(base).await;
-        if now > seen {
-            seen = now;
-            if writer_stuck(base).await {
-                return sent;
+        let ready = match signal {
+            Overfull::Coalesced => {
+                let now = coalesced(base).await;
+                let rose = now > seen;
+                seen = now;
+                rose
             }
+            Overfull::Reset => metric(base, "agui_resets_pending", &[]).await >= 1.0,
+        };
+        if ready && writer_stuck(base).await {
+            return sent;
         }
         assert!(
             sent <= capacity,

@@ -189,6 +189,75 @@ async fn a_client_that_goes_away_is_unregistered_at_once() {
     }
 }
 
+/// A subscriber that stops reading: its queue is reset (every later event dropped until it
+/// reads, `agui_resets_pending`) and, once its socket accepted nothing for `sse.write_timeout`,
+/// the broker ends the connection (`agui_disconnects_total{cause="write_timeout"}`).
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
+    let server = broker::start(|c| {
+        c.queue.max_events = 8;
+        c.queue.max_bytes = 64 << 10;
+        c.sse.write_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let t = broker::thread_id("stalled");
+    let timeouts = || {
+        sse_client::metric(
+            &base,
+            "agui_disconnects_total",
+            &[("cause", "write_timeout")],
+        )
+    };
+    let before = timeouts().await;
+    sse_client::publish_ok(
+        &base,
+        &t,
+        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
+    )
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(server.addr).await.unwrap();
+    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(n > 0);
+    // 200 events of 20 KB: far more than the socket buffers and the queue hold.
+    let pad = "x".repeat(20_000);
+    for seq in 0..200 {
+        let ev = json!({"type":"CUSTOM","name":"stall","value":{"seq":seq,"pad":pad}});
+        assert_eq!(sse_client::publish_one(&base, &t, &ev).await.status(), 200);
+    }
+    assert!(
+        sse_client::metric(&base, "agui_resets_pending", &[]).await >= 1.0,
+        "the stalled subscriber's queue is reset"
+    );
+    // The write timeout (1 s) ends the connection.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while timeouts().await == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not disconnected 10 s after it stopped reading"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // What was in flight is still readable; then the stream ends.
+    let read_all = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("the broker closed the connection");
+}
+
 #[tokio::test]
 async fn unusual_subscribes_are_served_by_hyper() {
     let server = broker::start_memory().await;

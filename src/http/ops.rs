@@ -36,6 +36,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiEr
 /// `GET /metrics`: Prometheus text exposition format 0.0.4.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!(m::QUEUE_DEPTH).set(crate::queue::pending_events() as f64);
+    metrics::gauge!(m::RESETS_PENDING).set(crate::queue::pending_resets() as f64);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

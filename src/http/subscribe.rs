@@ -120,6 +120,7 @@ pub(crate) async fn open(
     let settings = StreamSettings {
         retry_ms: state.config.sse.retry_ms,
         heartbeat: state.config.sse.heartbeat,
+        write_timeout: state.config.sse.write_timeout,
     };
     let sub = match state.hub.subscribe(&thread, start).await {
         Ok(sub) => sub,

@@ -19,8 +19,11 @@
 //! the fold at `c`, built under the same lock (SPEC §4.3, §4.4).
 //!
 //! Slow subscribers (SPEC §5): a live push that does not fit is coalesced in the queue; if it
-//! still does not fit, the queue is reset to a bridge from what the client was last given to
-//! the fold at the newest id.
+//! still does not fit, the queue is reset: it drops what is pending and every later push
+//! until its writer comes back for more, and then gets a bridge from what the client was last
+//! given to the fold at the newest id, built under the thread's lock on the writer's time
+//! ([`BridgeSource`]). The fan-out itself never builds a bridge, so a stalled subscriber costs
+//! it one queue lock per event.
 
 use crate::event::order::OrderChecker;
 use crate::event::{EventType, ThreadId};
@@ -30,14 +33,14 @@ use crate::log::{
 };
 use crate::metrics as m;
 use crate::prelude;
-use crate::queue::{CloseReason, ConnQueue, MergeKey, QueueLimits};
+use crate::queue::{BridgeSource, CloseReason, ConnQueue, MergeKey, QueueLimits};
 use crate::sse::Frame;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use rand::seq::SliceRandom;
 use serde_json::Value;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -291,6 +294,9 @@ impl Hub {
                     replay_from.is_some(),
                     view,
                 ));
+                queue.set_bridge_source(Arc::new(Bridges {
+                    thread: Arc::downgrade(&th),
+                }));
                 st.subscribers.push((key, queue.clone()));
                 let epoch = st.head.map(|h| h.epoch);
                 Some((queue, st.cursor, prelude, st.fold.is_some(), epoch))
@@ -421,22 +427,16 @@ impl Hub {
         {
             let mut st = th.state.lock();
             if !st.removed {
-                let view = Some(Arc::new(fold.checker().clone()));
-                let id = EventId {
-                    epoch: now.epoch,
-                    pos: now.last,
-                };
-                let born = Instant::now();
+                // The fold moves to the log's head first: the writers build their bridges
+                // to it (under this lock) when they come back for more.
+                st.head = Some(now);
+                st.cursor = now.last;
+                st.view = Some(Arc::new(fold.checker().clone()));
+                st.fold = Some(fold);
                 let mut resets = 0u64;
                 let mut closed = 0u64;
                 st.subscribers.retain(|(_, q)| {
-                    let events = q
-                        .client_view()
-                        .map(|client| prelude::bridge(&client, &fold))
-                        .unwrap_or_default();
-                    if !events.is_empty()
-                        && q.reset(Frame::synthesised(id, &events, born, view.clone()))
-                    {
+                    if q.begin_reset() {
                         resets += 1;
                         true
                     } else {
@@ -445,10 +445,6 @@ impl Hub {
                         false
                     }
                 });
-                st.head = Some(now);
-                st.cursor = now.last;
-                st.fold = Some(fold);
-                st.view = view;
                 drop(st);
                 tracing::info!(%thread, resets, closed, "the tail fell behind retention; subscribers reset to the fold at the head");
                 metrics::counter!(m::RESETS, "cause" => "trimmed").increment(resets);
@@ -510,34 +506,21 @@ impl Hub {
             head.last = last_id.pos;
         }
         let (mut resets, mut overflowed) = (0u64, 0u64);
-        let ThreadState {
-            subscribers,
-            fold,
-            view,
-            ..
-        } = &mut *st;
-        subscribers.retain(|(_, q)| {
+        st.subscribers.retain(|(_, q)| {
             if q.push_live(&frames).is_ok() {
                 return true;
             }
-            // Still full after coalescing: snapshot-and-reset from what this client has.
-            // (Rare, so each reset builds its own bridge: clients' views differ. A client that
-            // has not taken its previous bridge yet gets a new one from the same view, which
-            // replaces it: one bridge per queue-full, since bridges are not counted.)
-            if let (Some(fold), Some(client)) = (fold.as_ref(), q.client_view()) {
-                let events = prelude::bridge(&client, fold);
-                if !events.is_empty()
-                    && q.reset(Frame::synthesised(last_id, &events, born, view.clone()))
-                {
-                    resets += 1;
-                    return true;
-                }
+            // Still full after coalescing: snapshot-and-reset, the bridge built when the
+            // writer comes back (see `Bridges`).
+            if q.begin_reset() {
+                resets += 1;
+                return true;
             }
             q.close(CloseReason::Overflow);
             overflowed += 1;
             false
         });
-        let receivers = subscribers.len() as u64;
+        let receivers = st.subscribers.len() as u64;
         drop(st);
         if resets > 0 {
             tracing::debug!(%thread, resets, "slow subscribers reset to a snapshot");
@@ -573,6 +556,50 @@ impl Hub {
         }
         let (head, fold) = load_fold(&*self.shared.log, thread).await?;
         Ok(fold.map(|f| snapshot_json(&f, head.epoch, head.last)))
+    }
+}
+
+/// Builds the reset bridges of one thread's subscribers (SPEC §5 "Reset"), on the writer's
+/// time: from what the connection was last given to the hub's fold at its cursor, under the
+/// thread's lock so that every frame fanned out afterwards is newer than the bridge.
+struct Bridges {
+    /// Weak: the thread hub holds the queues that hold this.
+    thread: Weak<ThreadHub>,
+}
+
+impl BridgeSource for Bridges {
+    fn bridge(&self, queue: &ConnQueue) {
+        let built = self.thread.upgrade().is_some_and(|th| {
+            let st = th.state.lock();
+            let (Some(fold), Some(head), false) = (&st.fold, st.head, st.removed) else {
+                return false;
+            };
+            let Some(client) = queue.client_view() else {
+                return false;
+            };
+            let events = prelude::bridge(&client, fold);
+            if events.is_empty() {
+                return false;
+            }
+            let id = EventId {
+                epoch: head.epoch,
+                pos: st.cursor,
+            };
+            queue.install_bridge(Frame::synthesised(
+                id,
+                &events,
+                Instant::now(),
+                st.view.clone(),
+            ));
+            true
+        });
+        tracing::debug!(built, "reset bridge");
+        if !built {
+            queue.close(CloseReason::Overflow);
+            tracing::info!("slow subscriber disconnected (no bridge possible)");
+            metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Overflow.as_str())
+                .increment(1);
+        }
     }
 }
 

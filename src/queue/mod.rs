@@ -46,6 +46,15 @@ pub fn pending_events() -> i64 {
     PENDING_EVENTS.load(Ordering::Relaxed)
 }
 
+/// Queues of this process with a reset waiting for its writer (for the resets-pending gauge).
+static PENDING_RESETS: AtomicI64 = AtomicI64::new(0);
+
+/// Connections of this process reset for overflow whose writer has not come back for its
+/// bridge yet (subscribers that stopped reading).
+pub fn pending_resets() -> i64 {
+    PENDING_RESETS.load(Ordering::Relaxed)
+}
+
 /// Bounds of one connection's live lane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueLimits {
@@ -100,6 +109,25 @@ pub enum Drained {
     Closed(CloseReason),
 }
 
+/// Builds a reset bridge on demand (SPEC §5 "Reset"); the hub implements it for each
+/// subscriber of a thread.
+///
+/// A reset is lazy: on overflow the hub only marks the queue ([`ConnQueue::begin_reset`]),
+/// which drops what is pending and every later push; the bridge is built when the writer
+/// comes back for more (the client reads again), from what the client was last given to the
+/// fold at the newest id. A stalled client therefore costs one lock per event and no memory,
+/// however long it stalls, and a client that overflows many times before it reads gets one
+/// bridge, not one per overflow.
+pub trait BridgeSource: Send + Sync {
+    /// Builds the bridge from `queue`'s client view ([`ConnQueue::client_view`]) to the
+    /// thread's fold at its newest id and installs it with [`ConnQueue::install_bridge`],
+    /// atomically with the fan-out (every frame pushed afterwards is newer than the bridge).
+    /// When no bridge can be built (the thread's fold or the client's view is unknown, the
+    /// thread is no longer followed) it closes the queue with [`CloseReason::Overflow`]
+    /// instead: the client comes back with its last id.
+    fn bridge(&self, queue: &ConnQueue);
+}
+
 /// A push into the live lane that did not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow;
@@ -129,6 +157,12 @@ struct Inner {
     /// A reset bridge is queued and not yet taken by the writer. The bridge is not counted
     /// against the bounds (its size is the thread's fold, not the backlog).
     bridge_pending: bool,
+    /// The live lane overflowed and was dropped ([`ConnQueue::begin_reset`]): pushes are
+    /// dropped until the writer has the bridge built ([`BridgeSource`]).
+    reset_pending: bool,
+    /// Builds this queue's reset bridges; `None`: an overflow cannot be reset (the hub then
+    /// closes the queue).
+    bridges: Option<Arc<dyn BridgeSource>>,
     closed: Option<CloseReason>,
     /// The subscriber's socket, when its writer writes to the raw socket (see
     /// [`ConnQueue::attach_socket`]): the hub may then write a frame itself.
@@ -159,6 +193,8 @@ impl ConnQueue {
                 live_bytes: 0,
                 last: after,
                 bridge_pending: false,
+                reset_pending: false,
+                bridges: None,
                 closed: None,
                 socket: None,
                 writer_busy: false,
@@ -186,7 +222,8 @@ impl ConnQueue {
         let added = frames.len() as i64;
         let result = {
             let mut q = self.inner.lock();
-            if q.closed.is_some() {
+            // Closed, or reset pending: the bridge the writer will get stands for these frames.
+            if q.closed.is_some() || q.reset_pending {
                 return Ok(());
             }
             if let [frame] = frames
@@ -257,6 +294,7 @@ impl ConnQueue {
             return false;
         };
         if !q.replay_done
+            || q.reset_pending
             || !q.replay.is_empty()
             || !q.live.is_empty()
             || q.writer_busy
@@ -279,25 +317,61 @@ impl ConnQueue {
         }
     }
 
-    /// Replaces everything pending in the live lane by `bridge` (SPEC §5 "Reset"), which
-    /// stands for the thread's fold at `bridge.id`. Returns `false` (and changes nothing) when
-    /// the client's view is unknown (a replay is still being written) or the queue is closed:
-    /// the caller closes the queue then.
-    pub fn reset(&self, bridge: Frame) -> bool {
+    /// Sets what builds this queue's reset bridges (the hub, once, when it registers the
+    /// subscriber).
+    pub fn set_bridge_source(&self, bridges: Arc<dyn BridgeSource>) {
+        self.inner.lock().bridges = Some(bridges);
+    }
+
+    /// Starts a snapshot-and-reset (SPEC §5 "Reset"): drops everything pending in the live lane
+    /// and every later push, until the writer comes back and has the bridge built (see
+    /// [`BridgeSource`]). Returns `false` (and changes nothing) when no reset is possible: the
+    /// client's view is unknown (a replay is still being written), the queue has no
+    /// [`BridgeSource`] or is closed; the caller closes the queue then.
+    pub fn begin_reset(&self) -> bool {
         {
             let mut q = self.inner.lock();
-            if q.closed.is_some() || !q.replay_done || !q.replay.is_empty() {
+            if q.closed.is_some() || !q.replay_done || !q.replay.is_empty() || q.bridges.is_none() {
                 return false;
             }
-            let dropped = q.live.len() as i64;
+            // The owed bridge counts as one pending event (the queue-depth gauge then shows
+            // that this writer has something to write).
+            let dropped = q.live.len() as i64 - 1;
             q.live.clear();
             q.live_bytes = 0;
-            q.live.push_back(bridge);
-            q.bridge_pending = true;
-            PENDING_EVENTS.fetch_sub(dropped - 1, Ordering::Relaxed);
+            q.bridge_pending = false;
+            q.reset_pending = true;
+            PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
+            PENDING_RESETS.fetch_add(1, Ordering::Relaxed);
         }
         self.writer.wake();
         true
+    }
+
+    /// Queues `bridge` (which stands for the thread's fold at `bridge.id`) ahead of anything
+    /// pushed after it and ends the pending reset. Called by a [`BridgeSource`] under the
+    /// thread's lock, so that every later push is newer than the bridge. Ignored on a closed
+    /// queue.
+    pub fn install_bridge(&self, bridge: Frame) {
+        let mut q = self.inner.lock();
+        if q.closed.is_some() {
+            return;
+        }
+        if q.reset_pending {
+            // The bridge was counted as pending by `begin_reset`.
+            q.reset_pending = false;
+            PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            PENDING_EVENTS.fetch_add(1, Ordering::Relaxed);
+        }
+        q.live.push_front(bridge);
+        q.bridge_pending = true;
+    }
+
+    /// Whether a reset is pending: the live lane overflowed and the writer has not come back
+    /// for its bridge yet (the client is not reading).
+    pub fn reset_pending(&self) -> bool {
+        self.inner.lock().reset_pending
     }
 
     /// What the live lane holds now, as `(frames, bytes)`, a pending reset bridge included
@@ -314,8 +388,7 @@ impl ConnQueue {
         frames > self.limits.max_events || q.live_bytes > self.limits.max_bytes
     }
 
-    /// Whether a reset bridge is still waiting for the writer: a client that has not read
-    /// even that is stalled (the hub disconnects it rather than building another bridge).
+    /// Whether a reset bridge is queued and not yet taken by the writer.
     pub fn bridge_pending(&self) -> bool {
         self.inner.lock().bridge_pending
     }
@@ -366,7 +439,11 @@ impl ConnQueue {
                 return;
             }
             q.closed = Some(reason);
-            let dropped = (q.replay.len() + q.live.len()) as i64;
+            let dropped = (q.replay.len() + q.live.len() + usize::from(q.reset_pending)) as i64;
+            if q.reset_pending {
+                q.reset_pending = false;
+                PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
+            }
             q.replay.clear();
             q.live.clear();
             q.live_bytes = 0;
@@ -403,8 +480,26 @@ impl ConnQueue {
         }
     }
 
-    /// Takes every ready frame without waiting; `None` when there is nothing to do.
+    /// Takes every ready frame without waiting; `None` when there is nothing to do. A pending
+    /// reset has its bridge built first (by the [`BridgeSource`], on this caller's time).
     pub fn try_drain(&self) -> Option<Drained> {
+        // A bridge is built, or the queue closed, at the first attempt; more attempts only when
+        // the lane overflowed again in between (a burst larger than the queue).
+        for attempt in 0.. {
+            let bridges = {
+                let q = self.inner.lock();
+                if !q.reset_pending || q.partial.is_some() || q.closed.is_some() {
+                    break;
+                }
+                q.bridges.clone()
+            };
+            match bridges {
+                // Installs the bridge or closes the queue; either ends the pending reset.
+                Some(b) if attempt < 3 => b.bridge(self),
+                // No source (`begin_reset` requires one), or the bursts keep coming.
+                _ => self.close(CloseReason::Overflow),
+            }
+        }
         let mut taken: Vec<Frame> = Vec::new();
         let mut single: Option<Frame> = None;
         let mut skipped = 0i64;
@@ -611,25 +706,61 @@ mod tests {
         assert!(text.contains(&"ab".repeat(20)), "{text}");
     }
 
+    /// A [`BridgeSource`] that installs a fixed bridge at a fixed position, counting calls.
+    struct FixedBridge {
+        at: u64,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl BridgeSource for FixedBridge {
+        fn bridge(&self, queue: &ConnQueue) {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            queue.install_bridge(Frame::synthesised(
+                EventId {
+                    epoch: Epoch(1),
+                    pos: StreamPos::new(0, self.at),
+                },
+                &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
+                Instant::now(),
+                None,
+            ));
+        }
+    }
+
     #[test]
-    fn reset_replaces_what_is_pending_with_the_bridge() {
+    fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back() {
         let q = ConnQueue::new(limits(2), StreamPos::ZERO, false, None);
+        // Without a bridge source no reset is possible (the hub closes the queue then).
+        assert!(!q.begin_reset());
+        let source = Arc::new(FixedBridge {
+            at: 7,
+            calls: Default::default(),
+        });
+        q.set_bridge_source(source.clone());
         q.push_live(&[frame(1), frame(2)]).unwrap();
         assert_eq!(q.push_live(&[frame(3)]), Err(Overflow));
-        let bridge = Frame::synthesised(
-            EventId {
-                epoch: Epoch(1),
-                pos: StreamPos::new(0, 3),
-            },
-            &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
-            Instant::now(),
-            None,
+        assert!(q.begin_reset());
+        assert_eq!(
+            q.pending(),
+            (0, 0),
+            "the overflowed lane is dropped at once"
         );
-        assert!(q.reset(bridge));
-        assert_eq!(ids(q.try_drain()), vec![3]);
+        // While the client does not read, pushes are dropped (the bridge stands for them).
+        for i in 4..=7 {
+            q.push_live(&[frame(i)]).unwrap();
+        }
+        assert_eq!(q.pending(), (0, 0));
+        assert!(q.reset_pending());
+        assert_eq!(source.calls.load(Ordering::SeqCst), 0, "nothing built yet");
+        // The writer comes back: one bridge (at 7), then what was pushed after it.
+        assert_eq!(ids(q.try_drain()), vec![7]);
+        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+        q.push_live(&[frame(8)]).unwrap();
+        assert_eq!(ids(q.try_drain()), vec![8]);
         // While a replay is being written the client's view is unknown: no reset.
         let r = ConnQueue::new(limits(2), StreamPos::ZERO, true, None);
-        assert!(!r.reset(frame(9)));
+        r.set_bridge_source(source);
+        assert!(!r.begin_reset());
     }
 
     #[tokio::test]

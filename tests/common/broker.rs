@@ -60,8 +60,10 @@ pub struct BrokerProcess {
 
 impl BrokerProcess {
     /// Spawns `agui-fanout serve` on a free port with extra environment, and waits until
-    /// `/healthz` answers (up to 10 s).
+    /// `/healthz` answers (up to 10 s). Its log (`AGUI_LOG=warn`, to stdout) is dropped unless
+    /// `TEST_AGUI_LOG` is set: its value is then the broker's log filter and the log is shown.
     pub async fn spawn(env: &[(&str, String)]) -> BrokerProcess {
+        let log = std::env::var("TEST_AGUI_LOG").ok();
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-fanout"));
@@ -70,8 +72,12 @@ impl BrokerProcess {
             .arg(addr.to_string())
             .env("AGUI_SSE__RETRY_MS", "100")
             .env("AGUI_SHUTDOWN__DRAIN", "300ms")
-            .env("AGUI_LOG", "warn")
-            .stdout(Stdio::null())
+            .env("AGUI_LOG", log.as_deref().unwrap_or("warn"))
+            .stdout(if log.is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
