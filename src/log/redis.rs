@@ -36,7 +36,14 @@
 //! Producers may `XADD` to the stream without touching the meta hash: the broker creates the
 //! epoch the first time it looks at the thread. Entries it cannot validate (missing `e`, not
 //! JSON, not a valid AG-UI event) are logged, counted (`agui_log_invalid_entries_total`) and
-//! skipped, never delivered.
+//! skipped, never delivered. A direct `XADD` sends no append note (below), so its entry reaches
+//! live subscribers within `block` (default 1 s) plus one read, or at once when the broker
+//! appends to the same thread after it.
+//!
+//! The channel `<prefix>:appended` belongs to the broker like the meta and checkpoint hashes:
+//! a note published there whose `prev` matches a node's cursor is delivered as it is, without
+//! validation. With Redis ACLs, give direct producers `XADD` on the `…:log` keys and no
+//! channel permission.
 //!
 //! # Commands
 //! Appends, reads, heads and checkpoints are Lua scripts (one round trip, atomic):
@@ -44,13 +51,27 @@
 //! <json>`, `XTRIM … MINID`, `TIME`, `PEXPIRE`, `XRANGE`, and `XINFO STREAM` for the stream's
 //! `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and
 //! `entries-added` (Redis 7.0 or newer is required), from which the highest trimmed position
-//! is derived (Redis 7.0 moves `max-deleted-entry-id` on `XDEL` only). The node's
-//! tail reads every followed thread with one `XREAD COUNT n BLOCK ms STREAMS …` on a dedicated
-//! connection, woken early with `CLIENT UNBLOCK <id> TIMEOUT` when a thread is followed.
+//! is derived (Redis 7.0 moves `max-deleted-entry-id` on `XDEL` only).
+//!
+//! # Tail
+//! The append script also `PUBLISH`es each batch on `<prefix>:appended` (format:
+//! `src/log/redis/notify.rs`): thread, epoch, the stream's `last-generated-id` before the batch (`prev`), and
+//! the entries. Each node's tail `SUBSCRIBE`s on a second connection. A note whose `prev` is the
+//! follow's cursor (same epoch) is exactly the next part of the log and is delivered without
+//! reading Redis; any other note of a followed thread makes the tail read that stream after its
+//! cursor (one read script per thread, pipelined: epoch, head and `XRANGE` atomically). Every
+//! `block`, one non-blocking `XREAD COUNT n STREAMS <every followed stream> <cursors>` picks up
+//! what no note announced (direct `XADD`s). Pub/Sub is at-most-once, so notes are hints: when
+//! the subscription is lost (or the tail falls 4,096 notes behind), the tail goes back to one
+//! `XREAD COUNT n BLOCK ms STREAMS …` over every followed stream, woken early with `CLIENT
+//! UNBLOCK <id> TIMEOUT` when a thread is followed, until it is subscribed again; right after
+//! subscribing it reads every followed stream once. The cursor and the stream stay the truth.
 //!
 //! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
 //! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
 //! Redis (or a primary with replicas), not a sharded cluster.
+
+mod notify;
 
 use super::memory::check_resumable;
 use super::{
@@ -60,13 +81,14 @@ use super::{
 use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP, INVALID_ENTRIES};
 use bytes::Bytes;
+use notify::{Note, Notice};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -125,6 +147,8 @@ struct Inner {
     conn: ConnectionManager,
     config: RedisLogConfig,
     scripts: Scripts,
+    /// The append-note channel, `<prefix>:appended` ([`notify::channel`]).
+    channel: String,
 }
 
 /// The Lua scripts, built once (their SHA1 is computed at construction).
@@ -229,19 +253,30 @@ end
 /// (both empty: unconditional), [6] `1` when [7] is a checkpoint candidate (else `0`),
 /// [8] `max_age` in ms and [9] `idle_ttl` in ms (`0`: none), [10] producer id (empty: none)
 /// and [11] the number of its last event in the batch (stored as `p:<id>` in the meta hash),
-/// then one JSON per event.
+/// [12] the append-note channel (empty: no note), [13] the thread id and [14] the events'
+/// AG-UI types separated by spaces (for the note), then one JSON per event.
 /// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
 /// last-generated-id is not the expected one (nothing appended, nothing changed).
+/// After the `XADD`s, `PUBLISH`es the batch on [12] (format: `notify.rs`), with the stream's
+/// `last-generated-id` before the batch: [5] when conditional (just compared), else from
+/// `XINFO STREAM` (`0-0` for a stream that did not exist).
 const LUA_APPEND: &str = r#"
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local prev = ARGV[5]
 if ARGV[4] ~= '' then
   local info = stream_info(KEYS[1], KEYS[3], live)
   if ep ~= ARGV[4] or info[1] ~= ARGV[5] then
     return {'conflict', ep, info}
   end
 end
-if #ARGV < 12 then
+if #ARGV < 15 then
   return {ep, {}}
+end
+if ARGV[12] ~= '' and ARGV[4] == '' then
+  prev = '0-0'
+  if live then
+    prev = stream_info(KEYS[1], KEYS[3], true)[1]
+  end
 end
 if not live then
   redis.call('HSET', KEYS[2], 'seen', '1')
@@ -255,7 +290,7 @@ if in_use then
   cap = '0'
 end
 local ids = {}
-for i = 12, #ARGV do
+for i = 15, #ARGV do
   if cap ~= '0' then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
@@ -293,6 +328,19 @@ end
 if ARGV[9] ~= '0' then
   for i = 1, 3 do
     redis.call('PEXPIRE', KEYS[i], ARGV[9])
+  end
+end
+if ARGV[12] ~= '' then
+  local note = {ARGV[13], ' ', ep, ' ', prev, '\n'}
+  local i = 0
+  for ty in string.gmatch(ARGV[14], '%S+') do
+    i = i + 1
+    local e = ARGV[14 + i]
+    note[#note + 1] = ids[i] .. ' ' .. ty .. ' ' .. #e .. '\n'
+    note[#note + 1] = e
+  end
+  if i == #ids then
+    redis.call('PUBLISH', ARGV[12], table.concat(note))
   end
 end
 return {ep, ids}
@@ -405,6 +453,7 @@ impl RedisLog {
             inner: Arc::new(Inner {
                 client,
                 conn,
+                channel: notify::channel(&config.prefix),
                 config,
                 scripts: Scripts::new(),
             }),
@@ -453,7 +502,10 @@ impl RedisLog {
                 .arg(retention.max_age_ms())
                 .arg(retention.idle_ttl_ms())
                 .arg(producer.as_ref().map(|p| p.id.as_str()).unwrap_or_default())
-                .arg(producer.as_ref().map_or(0, |p| p.last_seq));
+                .arg(producer.as_ref().map_or(0, |p| p.last_seq))
+                .arg(&self.inner.channel)
+                .arg(thread.as_str())
+                .arg(note_types(events));
             for ev in events {
                 invocation.arg(&ev.json[..]);
             }
@@ -727,16 +779,18 @@ impl EventLog for RedisLog {
         .await
     }
 
-    /// Spawns the node's reader (one dedicated connection, one `XREAD BLOCK` over every
-    /// followed thread) and its waker (`CLIENT UNBLOCK` on the shared connection). Both run
-    /// until `shutdown` is cancelled; Redis outages are retried with capped, jittered backoff
-    /// (100 ms … 5 s) and the reader resumes from its cursors.
+    /// Spawns the node's reader (one dedicated connection), its subscriber to the append
+    /// notes (a second connection, `SUBSCRIBE <prefix>:appended`) and its waker (`CLIENT
+    /// UNBLOCK` on the shared connection). All run until `shutdown` is cancelled; Redis outages
+    /// are retried with capped, jittered backoff (100 ms … 5 s) and the reader resumes from its
+    /// cursors. The module docs ("Tail") say how notes, reads and the fallback combine.
     fn start_tail(
         &self,
         sink: mpsc::Sender<TailItem>,
         shutdown: CancellationToken,
     ) -> Arc<dyn Tail> {
         let shared = Arc::new(TailShared::default());
+        let (notice_tx, notice_rx) = mpsc::channel(notify::NOTICE_QUEUE);
         let reader = TailReader {
             log: self.inner.clone(),
             shared: shared.clone(),
@@ -746,11 +800,52 @@ impl EventLog for RedisLog {
             last_busy_xread: None,
             stream_keys: HashMap::new(),
             keys_generation: 0,
+            notices: Some(notice_rx),
+            notified: false,
+            poll_at: None,
+            scan_at: Instant::now(),
+            scan_now: true,
+            dirty: HashSet::new(),
         };
         tokio::spawn(reader.run());
+        let config = &self.inner.config;
+        let subscriber = notify::SubscriberConfig {
+            channel: self.inner.channel.clone(),
+            op_timeout: config.op_timeout,
+            ping_every: block_of(config),
+        };
+        // A reader blocked in its `XREAD` learns of the subscription at once: the waker
+        // unblocks it when the generation moves.
+        let on_up = {
+            let shared = shared.clone();
+            move || {
+                shared.state.lock().generation += 1;
+                shared.waker_wake.notify_one();
+            }
+        };
+        tokio::spawn(notify::run_subscriber(
+            self.inner.client.clone(),
+            subscriber,
+            notice_tx,
+            shutdown.clone(),
+            on_up,
+            backoff,
+        ));
         tokio::spawn(run_waker(self.inner.clone(), shared.clone(), shutdown));
         Arc::new(RedisTail { shared })
     }
+}
+
+/// The batch's AG-UI types, separated by spaces (ARGV [14] of the append script, for its note).
+fn note_types(events: &[ValidEvent]) -> String {
+    let mut types = String::with_capacity(events.len() * 16);
+    for (i, ev) in events.iter().enumerate() {
+        if i > 0 {
+            types.push(' ');
+        }
+        types.push_str(ev.event_type.as_str());
+    }
+    types
 }
 
 /// Runs an idempotent call (read, head, ping) once more when it failed because the shared
@@ -782,12 +877,16 @@ struct TailShared {
     reader_client_id: AtomicU64,
     /// The [`TailState::generation`] the reader's current `XREAD` was built from.
     seen_generation: AtomicU64,
+    /// True while the reader may block in `XREAD` (no append notes): only then does the waker
+    /// unblock it.
+    blocking: AtomicBool,
 }
 
 #[derive(Default)]
 struct TailState {
     follows: HashMap<ThreadId, Follow>,
-    /// Bumped by every follow and unfollow; also the version of a new follow.
+    /// Bumped by every follow and unfollow (and when append notes come up, to wake a blocked
+    /// reader); also the version of a new follow.
     generation: u64,
 }
 
@@ -849,6 +948,24 @@ enum Flow {
 }
 
 /// The node's single reader: owns the dedicated connection.
+///
+/// Two modes, switched by the subscriber's [`Notice`]s:
+///
+/// - **Notified** (subscribed to the append notes): an append note that continues a follow
+///   exactly (same epoch, `prev` equal to the cursor) is delivered as it is, without reading
+///   Redis; any other note for a followed thread marks it *dirty*, and dirty threads (and new
+///   follows) are read with pipelined read scripts (epoch, head and `XRANGE` after the cursor in
+///   one atomic step, then [`check_resumable`]). Every `block`, one non-blocking `XREAD` over
+///   every followed stream finds what no note announced (producers that `XADD` directly, a
+///   note lost with its connection), and quiet threads get their epoch check. Right after
+///   subscribing, that `XREAD` runs at once (appends made before the subscription).
+/// - **Blocking** (no subscription: at start, or after [`Notice::Down`]): one `XREAD BLOCK`
+///   over every followed stream, with a head check of the threads that got entries, as before
+///   the notes existed.
+///
+/// A note is only a hint with a proof of continuity: the stream and the cursor stay the truth,
+/// so a lost, late, repeated or foreign note can delay an entry (until the next read) but
+/// never lose, repeat or reorder one.
 struct TailReader {
     log: Arc<Inner>,
     shared: Arc<TailShared>,
@@ -862,6 +979,59 @@ struct TailReader {
     stream_keys: HashMap<ThreadId, Arc<str>>,
     /// The follow generation `stream_keys` was last pruned at.
     keys_generation: u64,
+    /// From the subscriber task; `None` once it has ended.
+    notices: Option<mpsc::Receiver<Notice>>,
+    /// Subscribed to the append notes (notified mode).
+    notified: bool,
+    /// Notified mode: when the next non-blocking `XREAD` over every followed stream is due.
+    poll_at: Option<Instant>,
+    /// Notified mode: when follows are next scanned (epoch checks of quiet threads, broken
+    /// threads due for a retry).
+    scan_at: Instant,
+    /// Notified mode: scan for new follows at the next step.
+    scan_now: bool,
+    /// Followed threads to read after their cursor (a note did not continue them).
+    dirty: HashSet<ThreadId>,
+}
+
+/// Most dirty threads read in one pipeline.
+const DIRTY_BATCH: usize = 256;
+
+/// Most notices applied before the reader turns to its reads.
+const NOTICE_BATCH: usize = 1024;
+
+/// How an append note relates to a follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Continues {
+    /// Every entry of the note is at or before the cursor: already delivered.
+    Already,
+    /// The note's entries from this index on continue the cursor exactly.
+    From(usize),
+    /// Something may lie between the cursor and the note (or the epoch differs): read.
+    Gap,
+}
+
+/// Decides whether `note` continues a follow at `cursor` in `epoch`. Exact because a note's
+/// entries are the stream's entries right after `note.prev` (the append script adds them and
+/// publishes the note atomically, with `prev` its `last-generated-id` before them).
+fn continues(epoch: Epoch, cursor: StreamPos, note: &Note) -> Continues {
+    if note.epoch != epoch {
+        return Continues::Gap;
+    }
+    let Some(&(last, _, _)) = note.entries.last() else {
+        return Continues::Already;
+    };
+    if last <= cursor {
+        Continues::Already
+    } else if note.prev == cursor {
+        Continues::From(0)
+    } else if note.prev < cursor
+        && let Some(i) = note.entries.iter().position(|(p, _, _)| *p == cursor)
+    {
+        Continues::From(i + 1)
+    } else {
+        Continues::Gap
+    }
 }
 
 /// Least time between two `XREAD`s of a busy tail: 2 µs per followed thread, at most 5 ms.
@@ -917,8 +1087,342 @@ impl TailReader {
         }
     }
 
-    /// One step: wait for a follow, or check due threads, or `XREAD` once and deliver.
+    /// One step: apply the notices that arrived, then one step of the current mode.
     async fn step(&mut self) -> Result<Flow, LogError> {
+        if let Flow::Stop = self.take_notices().await {
+            return Ok(Flow::Stop);
+        }
+        // Before the follows are read: a follow made after this sees `blocking` set and is
+        // unblocked by the waker, or is seen by this step's snapshot.
+        self.shared.blocking.store(!self.notified, Ordering::SeqCst);
+        if self.notified {
+            self.step_notified().await
+        } else {
+            self.step_blocking().await
+        }
+    }
+
+    /// Applies the notices already waiting (at most [`NOTICE_BATCH`]), without waiting.
+    async fn take_notices(&mut self) -> Flow {
+        for _ in 0..NOTICE_BATCH {
+            let Some(rx) = self.notices.as_mut() else {
+                return Flow::Continue;
+            };
+            let notice = match rx.try_recv() {
+                Ok(notice) => notice,
+                Err(mpsc::error::TryRecvError::Empty) => return Flow::Continue,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.notices = None;
+                    self.notified = false;
+                    return Flow::Continue;
+                }
+            };
+            if let Flow::Stop = self.apply(notice).await {
+                return Flow::Stop;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Applies one notice of the subscriber.
+    async fn apply(&mut self, notice: Notice) -> Flow {
+        match notice {
+            Notice::Up => {
+                self.notified = true;
+                // Appends made before the subscription were not announced: read everything.
+                self.poll_at = Some(Instant::now());
+                self.scan_now = true;
+                Flow::Continue
+            }
+            Notice::Down => {
+                self.notified = false;
+                self.poll_at = None;
+                // The blocking `XREAD` reads every followed stream after its cursor.
+                self.dirty.clear();
+                Flow::Continue
+            }
+            Notice::Note(note) => self.apply_note(note).await,
+        }
+    }
+
+    /// Delivers a note's entries when they continue the thread's follow exactly (no read, no
+    /// validation: the appending broker validated them); marks the thread dirty when they may
+    /// not; ignores notes of threads not followed, not yet checked, or already delivered.
+    async fn apply_note(&mut self, note: Note) -> Flow {
+        // The slot is reserved before the lock is taken (see `commit`).
+        let permit = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => return Flow::Stop,
+            permit = self.sink.reserve() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return Flow::Stop,
+            },
+        };
+        let mut state = self.shared.state.lock();
+        let Some(follow) = state.follows.get_mut(&note.thread) else {
+            return Flow::Continue;
+        };
+        if follow.checked.is_none() {
+            // A new follow (its first read covers the note) or a broken thread.
+            return Flow::Continue;
+        }
+        match continues(follow.epoch, follow.cursor, &note) {
+            Continues::Already => {}
+            Continues::From(i) => {
+                let epoch = follow.epoch;
+                let entries: Vec<LogEntry> = note
+                    .entries
+                    .into_iter()
+                    .skip(i)
+                    .map(|(pos, event_type, json)| LogEntry {
+                        id: EventId { epoch, pos },
+                        event_type,
+                        json,
+                    })
+                    .collect();
+                // Non-empty: `From(i)` means an entry after the cursor exists at `i`.
+                if let Some(last) = entries.last() {
+                    follow.cursor = last.id.pos;
+                    // The note's epoch is the log's, read in the append's script.
+                    follow.checked = Some(Instant::now());
+                    permit.send(TailItem::Entries {
+                        thread: note.thread,
+                        entries,
+                    });
+                }
+            }
+            Continues::Gap => {
+                drop(state);
+                self.dirty.insert(note.thread);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Waits for a notice (applied), a new follow, `until`, or shutdown.
+    async fn wait(&mut self, until: Option<Instant>) -> Flow {
+        let shared = self.shared.clone();
+        let shutdown = self.shutdown.clone();
+        let sleep = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let notice = async {
+            match self.notices.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let got = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Flow::Stop,
+            notice = notice => Some(notice),
+            _ = shared.reader_wake.notified() => {
+                self.scan_now = true;
+                None
+            }
+            _ = sleep => None,
+        };
+        match got {
+            Some(Some(notice)) => self.apply(notice).await,
+            Some(None) => {
+                // The subscriber ended (shutdown): stay in blocking mode.
+                self.notices = None;
+                self.notified = false;
+                Flow::Continue
+            }
+            None => Flow::Continue,
+        }
+    }
+
+    /// One step in notified mode: scan follows when due, the periodic `XREAD` when due, read
+    /// dirty threads, else wait.
+    async fn step_notified(&mut self) -> Result<Flow, LogError> {
+        if self.shared.state.lock().follows.is_empty() {
+            self.dirty.clear();
+            return Ok(self.wait(None).await);
+        }
+        self.connect().await?;
+        let period = block_of(&self.log.config);
+        let now = Instant::now();
+        if self.scan_now || now >= self.scan_at {
+            self.scan_now = false;
+            if let Flow::Stop = self.scan(now, period).await? {
+                return Ok(Flow::Stop);
+            }
+        }
+        if let Some(at) = self.poll_at
+            && now >= at
+        {
+            self.poll_at = Some(now + period);
+            let readable: Vec<(ThreadId, Follow)> = {
+                let state = self.shared.state.lock();
+                state
+                    .follows
+                    .iter()
+                    .filter(|(_, f)| f.checked.is_some())
+                    .map(|(t, f)| (t.clone(), *f))
+                    .collect()
+            };
+            if !readable.is_empty() {
+                return self.xread(readable, false).await;
+            }
+        }
+        if !self.dirty.is_empty() {
+            return self.read_dirty().await;
+        }
+        let until = match self.poll_at {
+            Some(at) => at.min(self.scan_at),
+            None => self.scan_at,
+        };
+        Ok(self.wait(Some(until)).await)
+    }
+
+    /// Notified mode: new follows (and broken threads due for a retry) become dirty; quiet
+    /// threads whose epoch was last checked a `period` ago get the epoch check of [`check`].
+    ///
+    /// [`check`]: TailReader::check
+    async fn scan(&mut self, now: Instant, period: Duration) -> Result<Flow, LogError> {
+        let mut known = Vec::new();
+        let mut next = now + period;
+        let generation = {
+            let state = self.shared.state.lock();
+            for (thread, f) in &state.follows {
+                match (f.checked, f.retry_at) {
+                    (None, Some(at)) if now < at => next = next.min(at),
+                    (None, _) => {
+                        self.dirty.insert(thread.clone());
+                    }
+                    (Some(at), _) if now.duration_since(at) >= period => {
+                        known.push((thread.clone(), *f));
+                    }
+                    (Some(at), _) => next = next.min(at + period),
+                }
+            }
+            state.generation
+        };
+        self.shared
+            .seen_generation
+            .store(generation, Ordering::SeqCst);
+        self.scan_at = next;
+        if known.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        self.check(known).await
+    }
+
+    /// Reads dirty threads after their cursors (at most [`DIRTY_BATCH`] per call): pipelined
+    /// read scripts, each the epoch, the head and `XRANGE (<cursor> + COUNT n` in one atomic
+    /// step, then [`check_resumable`] of the cursor against that head: the entries are
+    /// delivered (after validation: they may come from a direct `XADD`), or a discontinuity.
+    /// A thread that returned a full page stays dirty.
+    async fn read_dirty(&mut self) -> Result<Flow, LogError> {
+        let batch: Vec<ThreadId> = self.dirty.iter().take(DIRTY_BATCH).cloned().collect();
+        for thread in &batch {
+            self.dirty.remove(thread);
+        }
+        let now = Instant::now();
+        let todo: Vec<(ThreadId, Follow)> = {
+            let state = self.shared.state.lock();
+            batch
+                .into_iter()
+                .filter_map(|t| {
+                    let f = *state.follows.get(&t)?;
+                    // A broken thread waits for its retry time (the scan marks it again).
+                    f.retry_at.is_none_or(|at| now >= at).then_some((t, f))
+                })
+                .collect()
+        };
+        if todo.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let config = &self.log.config;
+        let count = config.read_count.max(1);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (thread, follow) in &todo {
+            let keys = Keys::new(&config.prefix, thread);
+            // Nothing can follow the largest ID (and `XRANGE (<max>` is an error).
+            let (start, n) = if follow.cursor == StreamPos::new(u64::MAX, u64::MAX) {
+                ("-".to_string(), 0)
+            } else {
+                (format!("({}", follow.cursor), count)
+            };
+            pipe.cmd("EVALSHA")
+                .arg(self.log.scripts.read.get_hash())
+                .arg(3)
+                .arg(keys.stream)
+                .arg(keys.meta)
+                .arg(keys.ckpt)
+                .arg(Epoch::random().to_string())
+                .arg(start)
+                .arg(n);
+        }
+        let op_timeout = config.op_timeout;
+        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((thread, follow), reply) in todo.into_iter().zip(replies) {
+            let page = match &reply {
+                Value::ServerError(e) if matches!(e.code(), "WRONGTYPE" | "ERR") => {
+                    self.broken(
+                        &thread,
+                        follow.version,
+                        &LogError::Unavailable(format!("redis: {e}")),
+                    );
+                    continue;
+                }
+                Value::ServerError(e) => return Err(LogError::Unavailable(format!("redis: {e}"))),
+                other => array(other)
+                    .ok_or_else(|| malformed("read reply"))
+                    .and_then(|items| {
+                        let head = parse_head(items)?;
+                        let raw =
+                            parse_entries(items.get(2).ok_or_else(|| malformed("read reply"))?)?;
+                        Ok((head, raw))
+                    })?,
+            };
+            let (head, raw) = page;
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    if raw.len() >= count {
+                        self.dirty.insert(thread.clone());
+                    }
+                    let cursor = raw.last().map(|r| r.pos).unwrap_or(follow.cursor);
+                    let entries = decode_entries(&thread, follow.epoch, raw);
+                    let item = (!entries.is_empty()).then(|| TailItem::Entries {
+                        thread: thread.clone(),
+                        entries,
+                    });
+                    self.commit(&thread, follow.version, item, |f| {
+                        f.cursor = cursor;
+                        f.checked = Some(now);
+                        f.retry_at = None;
+                    })
+                    .await
+                }
+                Err(reason) => {
+                    self.discontinuity(thread, follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// One step in blocking mode: wait for a follow, or check due threads, or `XREAD BLOCK`
+    /// once and deliver.
+    async fn step_blocking(&mut self) -> Result<Flow, LogError> {
         let (generation, follows) = {
             let state = self.shared.state.lock();
             let follows: Vec<(ThreadId, Follow)> =
@@ -926,11 +1430,7 @@ impl TailReader {
             (state.generation, follows)
         };
         if follows.is_empty() {
-            tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => return Ok(Flow::Stop),
-                _ = self.shared.reader_wake.notified() => return Ok(Flow::Continue),
-            }
+            return Ok(self.wait(None).await);
         }
         self.connect().await?;
         let period = self.log.config.block;
@@ -957,19 +1457,14 @@ impl TailReader {
         if readable.is_empty() {
             // Every followed thread is broken: wait for its retry time or a new follow.
             let until = next_retry.unwrap_or(now + period);
-            tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => return Ok(Flow::Stop),
-                _ = self.shared.reader_wake.notified() => {}
-                _ = tokio::time::sleep_until(until.into()) => {}
-            }
-            return Ok(Flow::Continue);
+            return Ok(self.wait(Some(until)).await);
         }
-        self.xread(readable).await
+        self.xread(readable, true).await
     }
 
     /// Opens the dedicated connection if there is none: `CLIENT ID` (for `CLIENT UNBLOCK`),
-    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the head script (pipelined `EVALSHA` later).
+    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the head and read scripts (pipelined `EVALSHA`
+    /// later).
     async fn connect(&mut self) -> Result<(), LogError> {
         if self.conn.is_some() {
             return Ok(());
@@ -980,6 +1475,7 @@ impl TailReader {
             .set_response_timeout(Some(block_of(config) + config.op_timeout));
         let client = &self.log.client;
         let head = &self.log.scripts.head;
+        let read = &self.log.scripts.read;
         let open = async {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&connection_config)
@@ -1008,6 +1504,7 @@ impl TailReader {
                 _ => {}
             }
             head.prepare_invoke().load_async(&mut conn).await?;
+            read.prepare_invoke().load_async(&mut conn).await?;
             Ok::<_, RedisError>((conn, id))
         };
         let (conn, id) = tokio::select! {
@@ -1164,11 +1661,16 @@ impl TailReader {
             .map(Some)
     }
 
-    /// `XREAD COUNT n BLOCK ms STREAMS <keys…> <cursors…>`, then, for the threads that got
-    /// entries, a pipelined head check: the entries are delivered only if the cursor was still
+    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <cursors…>` (`BLOCK` in blocking mode; the
+    /// notified mode's periodic read returns at once), then, for the threads that got entries,
+    /// a pipelined head check: the entries are delivered only if the cursor was still
     /// resumable (same epoch, nothing after it trimmed); otherwise a discontinuity.
-    async fn xread(&mut self, follows: Vec<(ThreadId, Follow)>) -> Result<Flow, LogError> {
-        if let Some(at) = self.last_busy_xread.take() {
+    async fn xread(
+        &mut self,
+        follows: Vec<(ThreadId, Follow)>,
+        block: bool,
+    ) -> Result<Flow, LogError> {
+        if let Some(at) = self.last_busy_xread.take().filter(|_| block) {
             let next = at + xread_interval(follows.len());
             if next > Instant::now() {
                 tokio::select! {
@@ -1189,11 +1691,12 @@ impl TailReader {
             self.keys_generation = generation;
         }
         let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT")
-            .arg(config.read_count.max(1))
-            .arg("BLOCK")
-            .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX))
-            .arg("STREAMS");
+        cmd.arg("COUNT").arg(config.read_count.max(1));
+        if block {
+            cmd.arg("BLOCK")
+                .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
+        }
+        cmd.arg("STREAMS");
         let mut by_key: HashMap<Arc<str>, usize> = HashMap::with_capacity(follows.len());
         for (i, (thread, _)) in follows.iter().enumerate() {
             let key = self
@@ -1208,7 +1711,11 @@ impl TailReader {
         }
         let mut pipe = redis::pipe();
         pipe.add_command(cmd);
-        let deadline = block_of(config) + config.op_timeout;
+        let deadline = if block {
+            block_of(config) + config.op_timeout
+        } else {
+            config.op_timeout
+        };
         let Some(mut replies) = self.query(&pipe, deadline).await? else {
             return Ok(Flow::Stop);
         };
@@ -1224,7 +1731,9 @@ impl TailReader {
         if got.is_empty() {
             return Ok(Flow::Continue);
         }
-        self.last_busy_xread = Some(sent);
+        if block {
+            self.last_busy_xread = Some(sent);
+        }
         let Some(heads) = self.heads(got.iter().map(|(i, _)| &follows[*i].0)).await? else {
             return Ok(Flow::Stop);
         };
@@ -1376,7 +1885,8 @@ async fn run_waker(log: Arc<Inner>, shared: Arc<TailShared>, shutdown: Cancellat
                 break;
             }
             let id = shared.reader_client_id.load(Ordering::SeqCst);
-            if id == 0 {
+            // A reader that does not block (notified mode) is woken by `reader_wake`.
+            if id == 0 || !shared.blocking.load(Ordering::SeqCst) {
                 break;
             }
             let mut conn = log.conn.clone();
@@ -1701,6 +2211,53 @@ mod tests {
         assert_eq!(entries[0].data.as_deref(), Some(&b"{}"[..]));
         assert_eq!(entries[1].data, None);
         assert!(parse_xread(&Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_note_continues_only_from_its_prev() {
+        let note = Note {
+            thread: ThreadId::parse("t").unwrap(),
+            epoch: Epoch(7),
+            prev: StreamPos::new(5, 0),
+            entries: [StreamPos::new(5, 1), StreamPos::new(6, 0)]
+                .into_iter()
+                .map(|p| {
+                    (
+                        p,
+                        crate::event::EventType::Custom,
+                        Bytes::from_static(b"{}"),
+                    )
+                })
+                .collect(),
+        };
+        let at = |ms, seq| continues(Epoch(7), StreamPos::new(ms, seq), &note);
+        assert_eq!(at(5, 0), Continues::From(0));
+        // The cursor inside the batch (a read limited by `COUNT` stopped there).
+        assert_eq!(at(5, 1), Continues::From(1));
+        assert_eq!(at(6, 0), Continues::Already);
+        assert_eq!(at(9, 0), Continues::Already);
+        // Entries between the cursor and `prev` may exist (a direct XADD, a lost note).
+        assert_eq!(at(4, 0), Continues::Gap);
+        // Not one of the batch's IDs: not a position of this log.
+        assert_eq!(at(5, 5), Continues::Gap);
+        // Another epoch, even at the same position.
+        assert_eq!(
+            continues(Epoch(8), StreamPos::new(5, 0), &note),
+            Continues::Gap
+        );
+    }
+
+    #[test]
+    fn note_types_are_space_separated() {
+        let ev = |t: &str| {
+            validate_event(
+                format!(r#"{{"type":"{t}","name":"n","value":1}}"#).as_bytes(),
+                None,
+            )
+            .unwrap()
+        };
+        assert_eq!(note_types(&[]), "");
+        assert_eq!(note_types(&[ev("CUSTOM"), ev("CUSTOM")]), "CUSTOM CUSTOM");
     }
 
     #[test]
