@@ -65,6 +65,16 @@ pub enum IngestError {
     BatchTooLarge(usize),
 }
 
+/// How a batch was checked before its append.
+enum Checked {
+    /// With the fold after the batch (built because a checkpoint candidate goes with it).
+    Built(Box<ThreadFold>),
+    /// Checked alone; the cached fold folds it in place once appended.
+    InPlace,
+    /// Not checked (order validation off, or the fold cannot be rebuilt).
+    Unchecked,
+}
+
 /// The publish pipeline. Cheap to clone.
 #[derive(Clone)]
 pub struct Ingest {
@@ -162,9 +172,18 @@ impl Ingest {
             let events_left = &events[skip..];
             // The values kept from schema validation: no second parse.
             let values_left = events_left.iter().map(|e| &*e.parsed);
-            let next = match (&fold, self.shared.strict_order) {
-                (Some(f), true) => match f.check_batch(values_left) {
-                    Ok(next) => Some(next),
+            // The fold after the batch is built before the append only when a checkpoint
+            // candidate (its prelude) goes with it; otherwise the batch is checked alone and
+            // folded in place once appended (no copy of the thread per publish).
+            let due = self.candidate_due(&c, events_left.len());
+            let checked = match (&fold, self.shared.strict_order) {
+                (Some(f), true) => match if due {
+                    f.check_batch(values_left)
+                        .map(|next| Checked::Built(Box::new(next)))
+                } else {
+                    f.check_batch_only(values_left).map(|()| Checked::InPlace)
+                } {
+                    Ok(checked) => checked,
                     // Another node may have appended what makes the batch valid (the message
                     // it writes to, say): refuse only against the log's latest position.
                     Err(_) if !fresh => {
@@ -185,14 +204,18 @@ impl Ingest {
                 (None, true) => {
                     // Trimmed without a checkpoint: the order cannot be checked.
                     tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
-                    None
+                    Checked::Unchecked
                 }
-                (_, false) => None,
+                (_, false) => Checked::Unchecked,
             };
             let extras = AppendExtras {
-                candidate: next
-                    .as_ref()
-                    .and_then(|n| self.candidate(&mut c, events_left.len(), n)),
+                candidate: match &checked {
+                    Checked::Built(next) => self.candidate(&mut c, events_left.len(), next),
+                    _ => {
+                        c.since_candidate += events_left.len();
+                        None
+                    }
+                },
                 producer: producer.map(|p| ProducerMark {
                     id: p.id.clone(),
                     last_seq: p.seq + events.len() as u64 - 1,
@@ -210,6 +233,14 @@ impl Ingest {
                         last: id.pos,
                         ..head
                     });
+                    let next = match checked {
+                        Checked::Built(next) => Some(*next),
+                        Checked::InPlace => fold.map(|mut f| {
+                            f.apply_checked(events_left.iter().map(|e| &*e.parsed));
+                            f
+                        }),
+                        Checked::Unchecked => None,
+                    };
                     c.at = Some((last, next));
                     return Ok(Appended {
                         ids,
@@ -267,6 +298,11 @@ impl Ingest {
                 }))
             })
             .clone()
+    }
+
+    /// Whether a batch of `n` more events takes the thread to its next checkpoint candidate.
+    fn candidate_due(&self, c: &Cached, n: usize) -> bool {
+        self.shared.checkpoint_every > 0 && c.since_candidate + n >= self.shared.checkpoint_every
     }
 
     /// A checkpoint candidate (the prelude of `next`) when enough events went by.

@@ -573,8 +573,7 @@ impl Fold {
     /// dropped first, as the client's enforcement stage drops them; error indices still
     /// count them.
     fn state_delta(&mut self, event: &Value) -> Applied {
-        let result =
-            patch_ops(event.get("delta")).and_then(|ops| patch::apply_atomic(&mut self.state, ops));
+        let result = apply_state_delta(&mut self.state, event);
         if result.is_ok() {
             self.state_known = true;
         }
@@ -846,6 +845,16 @@ fn authoritative_activity_types(event: &Value) -> ActivityAuthority<'_> {
 
 /// The `(index, operation)` list of a patch, without operations whose `op` the client's
 /// enforcement stage does not recognise (an object whose `op` is not one of RFC 6902's six).
+/// Applies a `STATE_DELTA` event's `delta` to `state` as [`Fold::apply`] does (the client's
+/// `applyPatch(state, delta, true, false)`: atomic, unknown operations dropped first).
+///
+/// # Errors
+/// The first operation that does not apply (RFC 6902 §5: the whole patch fails, `state` is
+/// unchanged).
+pub(crate) fn apply_state_delta(state: &mut Value, event: &Value) -> Result<(), PatchError> {
+    patch_ops(event.get("delta")).and_then(|ops| patch::apply_atomic(state, ops))
+}
+
 fn patch_ops(delta: Option<&Value>) -> Result<Vec<(usize, &Value)>, PatchError> {
     let Some(Value::Array(ops)) = delta else {
         return Err(PatchError {
