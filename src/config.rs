@@ -62,6 +62,12 @@ pub struct SseConfig {
     /// buffers until then. Applies to HTTP/1 streams written by the connection front.
     #[serde(with = "humantime_serde")]
     pub write_timeout: Duration,
+    /// `SO_SNDBUF` of a subscriber's socket in bytes (the kernel doubles it for its own
+    /// bookkeeping; nginx's `sndbuf`); `0` keeps the kernel's autotuning, which lets a client
+    /// that stopped reading take up to `net.ipv4.tcp_wmem`'s maximum (4 MiB by default) of
+    /// kernel memory, all of it copied by the node's one writer. Applies to HTTP/1 streams
+    /// written by the connection front.
+    pub send_buffer: usize,
 }
 
 /// Per-connection queue bounds (SPEC §5). A subscriber whose queue would exceed either bound
@@ -132,6 +138,7 @@ impl Default for SseConfig {
             retry_ms: 2_000,
             heartbeat: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
+            send_buffer: 256 << 10,
         }
     }
 }

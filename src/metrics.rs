@@ -80,8 +80,10 @@ pub fn record_publish_to_write(born: Instant) {
     }
 }
 
-/// How often [`run_upkeep`] folds recorded histogram samples into their buckets.
-pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// How often [`run_upkeep`] folds recorded histogram samples into their buckets: often, so each
+/// run is short. Folding costs ~30 ns per sample and runs on the node's runtime: every 5 s at
+/// 100k writes/s it stalled the node for ~16 ms (measured), every 100 ms it takes ~0.3 ms.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Folds histogram samples into buckets every [`UPKEEP_INTERVAL`] until the task is dropped.
 /// The exporter keeps raw samples until then; without upkeep a node nobody scrapes would hold

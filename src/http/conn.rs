@@ -191,6 +191,12 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
         return;
     }
     drop(head);
+    let send_buffer = state.config.sse.send_buffer;
+    if send_buffer > 0 {
+        // Bounds what a client that stops reading costs in kernel memory and copying (see
+        // `SseConfig::send_buffer`); the queue's own bounds and reset take over from there.
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(send_buffer);
+    }
     let opened =
         subscribe::open(&state, &req.thread, req.last_event_id.as_deref(), req.query).await;
     match opened {

@@ -337,7 +337,9 @@ impl ConnQueue {
             // The owed bridge counts as one pending event (the queue-depth gauge then shows
             // that this writer has something to write).
             let dropped = q.live.len() as i64 - 1;
-            q.live.clear();
+            // Frees the lane's capacity too (up to `max_events` entries): a stalled client
+            // keeps nothing.
+            q.live = VecDeque::new();
             q.live_bytes = 0;
             q.bridge_pending = false;
             q.reset_pending = true;
