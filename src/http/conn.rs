@@ -40,6 +40,10 @@ const MAX_HEADERS: usize = 32;
 /// Time a new connection has to send the first bytes of its request head (and hyper's
 /// header read timeout), so connections that say nothing do not stay open forever.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The HTTP/2 connection preface (RFC 9113 §3.4): a connection that starts with part of it is
+/// held here until all of it came (hyper's protocol detection then takes it; it has no timeout
+/// of its own).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Pause after a failed `accept` (typically EMFILE: out of file descriptors) before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -94,7 +98,7 @@ pub async fn serve<S, D>(
 async fn handle(stream: TcpStream, state: AppState, router: Router, watcher: Watcher) {
     // Frames are written whole; Nagle's algorithm would only delay the next one.
     let _ = stream.set_nodelay(true);
-    match route(&stream).await {
+    match route(&stream, HEAD_TIMEOUT).await {
         Route::Subscribe(req) => serve_subscribe(stream, req, state).await,
         Route::Hyper => serve_hyper(stream, router, watcher).await,
         Route::Gone => {}
@@ -126,12 +130,27 @@ struct SubscribeRequest {
 }
 
 /// Peeks at the first bytes of the connection (without consuming them, so hyper can still be
-/// given the connection as it was) and decides where it goes.
-async fn route(stream: &TcpStream) -> Route {
+/// given the connection as it was) and decides where it goes. A connection that sends nothing
+/// within `patience`, or only part of the HTTP/2 preface, is [`Route::Gone`].
+async fn route(stream: &TcpStream, patience: Duration) -> Route {
+    let deadline = tokio::time::Instant::now() + patience;
     let mut buf = vec![0u8; PEEK_BYTES];
-    match tokio::time::timeout(HEAD_TIMEOUT, stream.peek(&mut buf)).await {
-        Ok(Ok(0)) | Ok(Err(_)) | Err(_) => Route::Gone,
-        Ok(Ok(n)) => parse_subscribe(&buf[..n]).map_or(Route::Hyper, Route::Subscribe),
+    // `peek` returns at once while anything is buffered: wait for more with a short pause.
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Route::Gone,
+            Ok(Ok(n)) => n,
+        };
+        let bytes = &buf[..n];
+        if n >= H2_PREFACE.len() || !H2_PREFACE.starts_with(bytes) {
+            return parse_subscribe(bytes).map_or(Route::Hyper, Route::Subscribe);
+        }
+        if tokio::time::Instant::now() + pause >= deadline {
+            return Route::Gone;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
     }
 }
 
@@ -290,6 +309,39 @@ mod tests {
 
     fn parse(head: &str) -> Option<SubscribeRequest> {
         parse_subscribe(head.as_bytes())
+    }
+
+    /// A connected pair: the client's end and the server's.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn a_stalled_http2_preface_is_closed_by_the_head_timeout() {
+        let patience = Duration::from_millis(300);
+        let (mut client, server) = pair().await;
+        client.write_all(&H2_PREFACE[..16]).await.expect("write");
+        let started = tokio::time::Instant::now();
+        assert_eq!(route(&server, patience).await, Route::Gone);
+        assert!(started.elapsed() >= patience / 2, "waited for the rest");
+        // The whole preface (sent in two parts) goes to hyper.
+        let (mut client, server) = pair().await;
+        client.write_all(&H2_PREFACE[..10]).await.expect("write");
+        let rest = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            client.write_all(&H2_PREFACE[10..]).await.expect("write");
+            client
+        });
+        assert_eq!(route(&server, patience).await, Route::Hyper);
+        drop(rest.await);
+        // Nothing at all within the patience.
+        let (_client, server) = pair().await;
+        assert_eq!(route(&server, patience).await, Route::Gone);
     }
 
     #[test]
