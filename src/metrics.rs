@@ -72,6 +72,15 @@ pub fn install() -> PrometheusHandle {
 
 static PUBLISH_TO_WRITE_HANDLE: OnceLock<metrics::Histogram> = OnceLock::new();
 
+/// Records `writes` samples of [`PUBLISH_TO_WRITE`] at the seconds since `born` (writes done
+/// one after the other just now: one clock read for the group). Before [`install`] this records
+/// nothing.
+pub fn record_publish_to_writes(born: Instant, writes: usize) {
+    if let Some(h) = PUBLISH_TO_WRITE_HANDLE.get() {
+        h.record_many(born.elapsed().as_secs_f64(), writes);
+    }
+}
+
 /// Records one write's [`PUBLISH_TO_WRITE`] sample: the seconds since `born` (when the node read
 /// the oldest frame of the write from the log). Before [`install`] this records nothing.
 pub fn record_publish_to_write(born: Instant) {

@@ -128,6 +128,18 @@ pub trait BridgeSource: Send + Sync {
     fn bridge(&self, queue: &ConnQueue);
 }
 
+/// What a live push that fitted did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Written to the socket at once (nothing was pending, the writer idle).
+    Written,
+    /// Queued for the writer.
+    Queued,
+    /// Dropped: the queue is closed, or reset and waiting for its writer (whose bridge stands
+    /// for the frame).
+    Dropped,
+}
+
 /// A push into the live lane that did not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow;
@@ -211,31 +223,34 @@ impl ConnQueue {
         self.limits
     }
 
-    /// Appends frames to the live lane without waiting. When they do not fit, the lane is
-    /// coalesced first (SPEC §5: a subscriber that is behind gets its pending deltas merged).
+    /// Appends frames to the live lane without waiting, or writes a single frame to the socket
+    /// at once (see [`ConnQueue::attach_socket`]). When they do not fit, the lane is coalesced
+    /// first (SPEC §5: a subscriber that is behind gets its pending deltas merged).
+    ///
+    /// A frame written at once is not counted in `agui_publish_to_write_seconds` here: the
+    /// caller counts its [`Pushed::Written`] pushes in groups (one clock read per group).
     ///
     /// # Errors
     /// [`Overflow`] when even the coalesced lane exceeds a bound. The lane then holds an
     /// equivalent but unspecified mix of old and new frames: the caller must
-    /// [`ConnQueue::reset`] or [`ConnQueue::close`] the queue.
-    pub fn push_live(&self, frames: &[Frame]) -> Result<(), Overflow> {
+    /// [`ConnQueue::begin_reset`] or [`ConnQueue::close`] the queue.
+    pub fn push_live(&self, frames: &[Frame]) -> Result<Pushed, Overflow> {
         let added = frames.len() as i64;
         let result = {
             let mut q = self.inner.lock();
             // Closed, or reset pending: the bridge the writer will get stands for these frames.
             if q.closed.is_some() || q.reset_pending {
-                return Ok(());
+                return Ok(Pushed::Dropped);
             }
             if let [frame] = frames
                 && Self::write_direct(&mut q, frame)
             {
                 let partly = q.partial.is_some();
                 drop(q);
-                crate::metrics::record_publish_to_write(frame.born);
                 if partly {
                     self.writer.wake();
                 }
-                return Ok(());
+                return Ok(Pushed::Written);
             }
             let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
             q.live.extend(frames.iter().cloned());
@@ -247,7 +262,7 @@ impl ConnQueue {
             if self.over_bounds(&q) {
                 Err(Overflow)
             } else {
-                Ok(())
+                Ok(Pushed::Queued)
             }
         };
         if result.is_ok() {
