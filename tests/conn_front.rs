@@ -189,6 +189,24 @@ async fn a_client_that_goes_away_is_unregistered_at_once() {
     }
 }
 
+/// Starts a run on `t` and subscribes to it over a raw socket with a 4 KB receive buffer (so
+/// the broker's writes fill it quickly), the request sent, nothing read yet.
+async fn small_window_subscriber(addr: std::net::SocketAddr, base: &str, t: &str) -> TcpStream {
+    sse_client::publish_ok(
+        base,
+        t,
+        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
+    )
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    s
+}
+
 /// A subscriber that stops reading: its queue is reset (every later event dropped until it
 /// reads, `agui_resets_pending`) and, once its socket accepted nothing for `sse.write_timeout`,
 /// the broker ends the connection (`agui_disconnects_total{cause="write_timeout"}`).
@@ -210,18 +228,7 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
         )
     };
     let before = timeouts().await;
-    sse_client::publish_ok(
-        &base,
-        &t,
-        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
-    )
-    .await;
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut s = socket.connect(server.addr).await.unwrap();
-    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    let mut s = small_window_subscriber(server.addr, &base, &t).await;
     let mut buf = vec![0u8; 64 << 10];
     let n = s.read(&mut buf).await.unwrap();
     assert!(n > 0);
@@ -300,18 +307,7 @@ async fn partial_writes_keep_every_frame_whole_and_in_order() {
     .await;
     let base = broker::base(server.addr);
     let t = broker::thread_id("partial");
-    sse_client::publish_ok(
-        &base,
-        &t,
-        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
-    )
-    .await;
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut s = socket.connect(server.addr).await.unwrap();
-    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    let mut s = small_window_subscriber(server.addr, &base, &t).await;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     while !String::from_utf8_lossy(&got).contains("retry: ") {
