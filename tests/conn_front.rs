@@ -118,6 +118,49 @@ async fn errors_are_json_with_the_field() {
     assert_eq!(v["error"]["field"], "threadId", "{v}");
 }
 
+/// Requests the router matches but whose thread id or query cannot be read (served by hyper
+/// and axum's extractors) still get the JSON error naming the field.
+#[tokio::test]
+async fn unreadable_thread_ids_and_queries_get_json_errors() {
+    let server = broker::start_memory().await;
+    let base = broker::base(server.addr);
+    let client = reqwest::Client::new();
+    let cases = [
+        (
+            client.get(format!("{base}/v1/threads/%FF/events")),
+            "invalid_thread_id",
+            "threadId",
+        ),
+        (
+            client
+                .post(format!("{base}/v1/threads/%FF/events"))
+                .header("content-type", "application/json")
+                .body("{}"),
+            "invalid_thread_id",
+            "threadId",
+        ),
+        (
+            client.get(format!("{base}/v1/threads/%FF/snapshot")),
+            "invalid_thread_id",
+            "threadId",
+        ),
+        (
+            client.get(format!("{base}/v1/threads/t/events?from=start&from=start")),
+            "invalid_query",
+            "query",
+        ),
+    ];
+    for (request, code, field) in cases {
+        let resp = request.send().await.expect("answer");
+        assert_eq!(resp.status(), 400);
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with("application/json"), "{ct}");
+        let v: Value = resp.json().await.expect("JSON body");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(v["error"]["field"], field, "{v}");
+    }
+}
+
 #[tokio::test]
 async fn a_draining_node_refuses_new_streams_with_503_json() {
     let server = broker::start(|c| c.shutdown.drain = Duration::from_secs(2)).await;

@@ -4,6 +4,7 @@ use crate::fold::Rejection;
 use crate::ingest::IngestError;
 use crate::log::LogError;
 use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -33,6 +34,33 @@ pub struct ErrorBody {
     pub retry_after: Option<u64>,
     /// Metric label when finer than `code` (the order rule broken).
     pub reason: Option<&'static str>,
+}
+
+/// A path the router matched but whose `{threadId}` segment cannot be read (e.g. `%FF`: not
+/// UTF-8 once percent-decoded): 400 `invalid_thread_id` naming `threadId`, in JSON like every
+/// other error (axum's own rejection is plain text).
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_thread_id",
+            rejection.body_text(),
+        )
+        .field(Some("threadId".into()))
+    }
+}
+
+/// A query string that does not parse (a duplicated key, a malformed escape): 400
+/// `invalid_query` naming `query`, in JSON (axum's own rejection is plain text).
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            rejection.body_text(),
+        )
+        .field(Some("query".into()))
+    }
 }
 
 impl ApiError {

@@ -10,6 +10,7 @@ use crate::log::EventId;
 use crate::metrics as m;
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use bytes::Bytes;
@@ -67,10 +68,11 @@ pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
 /// The publish handler. Replies `200 {"count","firstId","lastId"}`.
 pub async fn publish(
     State(state): State<AppState>,
-    Path(thread): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
+    let Path(thread) = path?;
     let result = publish_inner(&state, &thread, &headers, body).await;
     match &result {
         Ok(_) => {}

@@ -5,6 +5,7 @@
 use super::publish::parse_thread;
 use super::{ApiError, AppState};
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -16,8 +17,9 @@ use serde_json::Value;
 /// be rebuilt (log trimmed without a checkpoint).
 pub async fn snapshot(
     State(state): State<AppState>,
-    Path(thread): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Path(thread) = path?;
     let thread = parse_thread(&thread)?;
     match state.hub.snapshot(&thread).await? {
         Some(v) => Ok(Json(v)),

@@ -11,6 +11,7 @@ use crate::metrics as m;
 use crate::queue::ConnQueue;
 use crate::sse::{self, Guard, StreamSettings};
 use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -53,10 +54,12 @@ pub(crate) enum Opened {
 /// over; the common HTTP/1 request is served by `http::conn` with [`open`] as well).
 pub async fn subscribe(
     State(state): State<AppState>,
-    Path(thread): Path<String>,
-    Query(query): Query<SubscribeQuery>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<SubscribeQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let Path(thread) = path?;
+    let Query(query) = query?;
     let header_id = headers.get("last-event-id").map(|v| v.as_bytes());
     match open(&state, &thread, header_id, query).await? {
         Opened::Stream {
