@@ -320,7 +320,8 @@ impl WriterState {
 /// closed when `io` is dropped (the response is delimited by the close, RFC 9112 §6.3).
 ///
 /// While waiting it also watches the socket for reads, so a client that closes its end is
-/// noticed at once (anything it sends is read and ignored) rather than at the next write.
+/// noticed at once rather than at the next write. Anything it sends is read and ignored, up to
+/// 64 KiB; more closes the connection.
 pub async fn write_socket(
     io: TcpStream,
     head: Bytes,
@@ -350,6 +351,8 @@ pub async fn write_socket(
         done: false,
         _guard: guard,
     };
+    // Bytes the client sent after its request (read and dropped).
+    let mut ignored = 0usize;
     /// What woke the socket writer.
     enum SocketWake {
         Stream(Wake),
@@ -385,8 +388,19 @@ pub async fn write_socket(
                     // The client closed its end, or the connection failed.
                     Ok(0) => return,
                     Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return,
-                    // Bytes after the request (or a spurious readiness): ignored.
-                    _ => continue,
+                    // Bytes after the request: ignored, up to a bound (an event stream's client
+                    // has nothing to say; the response is `connection: close`, so not even a
+                    // pipelined request is answered). Past it the client is not an SSE client.
+                    Ok(n) => {
+                        ignored += n;
+                        if ignored > MAX_IGNORED_BYTES {
+                            tracing::debug!(ignored, "subscriber keeps sending; closing");
+                            return;
+                        }
+                        continue;
+                    }
+                    // A spurious readiness.
+                    Err(_) => continue,
                 }
             }
         };
@@ -402,6 +416,9 @@ pub async fn write_socket(
         st.wrote_at = tokio::time::Instant::now();
     }
 }
+
+/// Most bytes a subscriber may send after its request before its connection is closed.
+const MAX_IGNORED_BYTES: usize = 64 << 10;
 
 /// Detaches the socket from the queue when the writer ends, so that the connection closes
 /// with the writer's handle (the queue may outlive it briefly).

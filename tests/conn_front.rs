@@ -118,6 +118,60 @@ async fn errors_are_json_with_the_field() {
     assert_eq!(v["error"]["field"], "threadId", "{v}");
 }
 
+/// A subscriber that keeps sending after its request is closed once it sent more than the
+/// front ignores (64 KiB); a few stray bytes are ignored.
+#[tokio::test]
+async fn a_subscriber_that_keeps_sending_is_closed() {
+    let server = broker::start_memory().await;
+    let t = broker::thread_id("chatty");
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 16 << 10];
+    assert!(s.read(&mut buf).await.unwrap() > 0);
+    // A few stray bytes: ignored, the stream goes on.
+    s.write_all(b"\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let base = broker::base(server.addr);
+    sse_client::publish_ok(
+        &base,
+        &t,
+        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})],
+    )
+    .await;
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).contains("RUN_STARTED"),
+        "the stream is still open"
+    );
+    let (mut rd, mut wr) = s.into_split();
+    let writer = tokio::spawn(async move {
+        let junk = vec![b'x'; 4096];
+        for _ in 0..256 {
+            if wr.write_all(&junk).await.is_err() {
+                break;
+            }
+        }
+        // Keep the write half open (dropping it would end the request side, which closes the
+        // stream for another reason).
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(wr);
+    });
+    let closed = async {
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("closed after 1 MiB of junk");
+    writer.abort();
+}
+
 /// Requests the router matches but whose thread id or query cannot be read (served by hyper
 /// and axum's extractors) still get the JSON error naming the field.
 #[tokio::test]
