@@ -64,6 +64,7 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     }
     let mut redis = RedisLogConfig::new(config.redis_url.clone());
     redis.retention = retention;
+    redis.block = config.redis_block;
     Ok(Arc::new(RedisLog::connect(redis).await?))
 }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",
     "redis_url",
+    "redis_block",
     "strict_order",
     "sse",
     "queue",
@@ -32,6 +33,12 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
     pub redis_url: String,
+    /// Period of the Redis tail's checks (humantime, e.g. `"1s"`): its read of every followed
+    /// stream (how late an entry `XADD`ed directly to a stream, without the broker's append
+    /// note, may be seen), the epoch checks of quiet threads, and its `XREAD BLOCK` without
+    /// notes. At least 1 ms.
+    #[serde(with = "humantime_serde")]
+    pub redis_block: Duration,
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
     /// `STATE_DELTA` that does not apply to the thread's state (SPEC §2). Default on.
     pub strict_order: bool,
@@ -122,6 +129,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redis_url: String::new(),
+            redis_block: Duration::from_secs(1),
             strict_order: true,
             sse: SseConfig::default(),
             queue: QueueConfig::default(),
@@ -259,6 +267,9 @@ impl Config {
         if self.sse.write_timeout.is_zero() {
             return bad("sse.write_timeout must be > 0");
         }
+        if self.redis_block < Duration::from_millis(1) {
+            return bad("redis_block must be at least 1ms");
+        }
         if !self.redis_url.is_empty()
             && !self.redis_url.starts_with("redis://")
             && !self.redis_url.starts_with("rediss://")
@@ -327,12 +338,14 @@ mod tests {
             )?;
             jail.set_env("AGUI_QUEUE__MAX_EVENTS", "7");
             jail.set_env("AGUI_REDIS_URL", "redis://127.0.0.1:6379");
+            jail.set_env("AGUI_REDIS_BLOCK", "250ms");
             jail.set_env("AGUI_LOG", "debug");
             jail.set_env("AGUI_TEST_REDIS_URL", "redis://elsewhere");
             let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
             assert_eq!(c.queue.max_events, 7);
             assert_eq!(c.listen.port(), 1);
             assert_eq!(c.redis_url, "redis://127.0.0.1:6379");
+            assert_eq!(c.redis_block, Duration::from_millis(250));
             let o = Overrides {
                 listen: Some("127.0.0.1:2".parse().unwrap()),
                 redis_url: Some(String::new()),
