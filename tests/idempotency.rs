@@ -100,6 +100,11 @@ async fn malformed_producer_headers_are_refused() {
         (Some("a b"), Some("1"), "X-Producer-Id"),
         (Some("a"), Some("-1"), "X-Producer-Seq"),
         (Some("a"), Some("x"), "X-Producer-Seq"),
+        // Numbers start at 1; 0 was taken for "already appended" and the event dropped.
+        (Some("a"), Some("0"), "X-Producer-Seq"),
+        // Past 2^63 - 1 a batch's numbers could overflow (and a retry append again).
+        (Some("a"), Some("9223372036854775808"), "X-Producer-Seq"),
+        (Some("a"), Some("18446744073709551615"), "X-Producer-Seq"),
         (Some("a"), None, "X-Producer-Seq"),
         (None, Some("1"), "X-Producer-Id"),
     ] {

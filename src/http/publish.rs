@@ -117,6 +117,9 @@ async fn publish_inner(
     )))
 }
 
+/// Largest `X-Producer-Seq` accepted: 2^63 − 1.
+const MAX_PRODUCER_SEQ: u64 = i64::MAX as u64;
+
 /// `X-Producer-Id` and `X-Producer-Seq` (SPEC §2 idempotent retries): both or neither.
 ///
 /// # Errors
@@ -139,12 +142,18 @@ fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
                     ),
                 )
             })?;
-            let seq: u64 = seq.parse().map_err(|_| {
-                bad(
-                    "X-Producer-Seq",
-                    "X-Producer-Seq must be a non-negative integer",
-                )
-            })?;
+            // Numbers start at 1 (the stored mark 0 means "nothing appended yet"), and stay
+            // below 2^63 so that a batch's or an ingest stream's numbers cannot overflow.
+            let seq: u64 = seq
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_PRODUCER_SEQ).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "X-Producer-Seq",
+                        "X-Producer-Seq must be an integer from 1 to 9223372036854775807",
+                    )
+                })?;
             Ok(Some(Producer {
                 id: id.to_string(),
                 seq,
