@@ -417,6 +417,25 @@ pub async fn write_socket(
     }
 }
 
+/// Bytes in the socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`, Linux);
+/// `None` elsewhere or on error.
+fn unsent_bytes(io: &TcpStream) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let mut n: libc::c_int = 0;
+        // SAFETY: the fd is open while `io` is borrowed, and `TIOCOUTQ` (= `SIOCOUTQ` for a
+        // TCP socket) writes one `int` to the pointer given.
+        let rc = unsafe { libc::ioctl(io.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        (rc == 0).then(|| u64::try_from(n).ok()).flatten()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = io;
+        None
+    }
+}
+
 /// Most bytes a subscriber may send after its request before its connection is closed.
 const MAX_IGNORED_BYTES: usize = 64 << 10;
 
@@ -441,9 +460,19 @@ async fn write_all(io: &TcpStream, mut buf: &[u8], patience: Duration) -> std::i
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(patience, io.writable()).await {
-                    Ok(ready) => ready?,
-                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                let mut unsent = unsent_bytes(io);
+                loop {
+                    match tokio::time::timeout(patience, io.writable()).await {
+                        Ok(ready) => break ready?,
+                        // No room reported for `patience`. Linux reports a socket writable only
+                        // once a third of its buffer is free, so a client that reads, slowly,
+                        // may never get there within `patience`: give up only when the kernel
+                        // sent nothing of what it holds meanwhile.
+                        Err(_) => match (unsent, unsent_bytes(io)) {
+                            (Some(before), Some(now)) if now < before => unsent = Some(now),
+                            _ => return Err(std::io::ErrorKind::TimedOut.into()),
+                        },
+                    }
                 }
             }
             Err(e) => return Err(e),

@@ -118,6 +118,48 @@ async fn errors_are_json_with_the_field() {
     assert_eq!(v["error"]["field"], "threadId", "{v}");
 }
 
+/// The write timeout counts time without progress, not time without write readiness: a client
+/// that reads slowly (Linux reports room only once a third of the send buffer is free, which
+/// takes longer than the timeout here) keeps its stream and gets every byte.
+#[tokio::test]
+async fn a_slow_but_reading_subscriber_is_not_timed_out() {
+    let server = broker::start(|c| {
+        c.sse.write_timeout = Duration::from_millis(500);
+        c.queue.max_bytes = 16 << 20;
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let t = broker::thread_id("slow-reader");
+    let mut s = small_window_subscriber(server.addr, &base, &t).await;
+    let pad = "x".repeat(200_000);
+    for seq in 0..3 {
+        let ev = json!({"type":"CUSTOM","name":"big","value":{"seq":seq,"pad":pad}});
+        assert_eq!(sse_client::publish_one(&base, &t, &ev).await.status(), 200);
+    }
+    // ~160 KB/s: 8 KiB every 50 ms.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 8 << 10];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tail = String::from_utf8_lossy(&got[got.len().saturating_sub(300_000)..]).to_string();
+        if tail.contains("\"seq\":2") && tail.ends_with("\n\n") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all 3 events in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the broker closed the stream after {} bytes",
+            got.len()
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 /// A subscriber that keeps sending after its request is closed once it sent more than the
 /// front ignores (64 KiB); a few stray bytes are ignored.
 #[tokio::test]
