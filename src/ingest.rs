@@ -209,8 +209,12 @@ impl Ingest {
                 (_, false) => Checked::Unchecked,
             };
             let extras = AppendExtras {
+                // `Built` only when `candidate_due`: the count starts again with this batch.
                 candidate: match &checked {
-                    Checked::Built(next) => self.candidate(&mut c, events_left.len(), next),
+                    Checked::Built(next) => {
+                        c.since_candidate = 0;
+                        candidate(next)
+                    }
                     _ => {
                         c.since_candidate += events_left.len();
                         None
@@ -304,19 +308,11 @@ impl Ingest {
     fn candidate_due(&self, c: &Cached, n: usize) -> bool {
         self.shared.checkpoint_every > 0 && c.since_candidate + n >= self.shared.checkpoint_every
     }
+}
 
-    /// A checkpoint candidate (the prelude of `next`) when enough events went by.
-    fn candidate(&self, c: &mut Cached, n: usize, next: &ThreadFold) -> Option<Bytes> {
-        if self.shared.checkpoint_every == 0 {
-            return None;
-        }
-        c.since_candidate += n;
-        if c.since_candidate < self.shared.checkpoint_every {
-            return None;
-        }
-        c.since_candidate = 0;
-        serde_json::to_vec(&prelude::prelude(next))
-            .ok()
-            .map(Bytes::from)
-    }
+/// A checkpoint candidate: the prelude of `next`, the fold after the batch (SPEC §6).
+fn candidate(next: &ThreadFold) -> Option<Bytes> {
+    serde_json::to_vec(&prelude::prelude(next))
+        .ok()
+        .map(Bytes::from)
 }

@@ -82,11 +82,9 @@ pub fn record_publish_to_writes(born: Instant, writes: usize) {
 }
 
 /// Records one write's [`PUBLISH_TO_WRITE`] sample: the seconds since `born` (when the node read
-/// the oldest frame of the write from the log). Before [`install`] this records nothing.
+/// the oldest frame of the write from the log).
 pub fn record_publish_to_write(born: Instant) {
-    if let Some(h) = PUBLISH_TO_WRITE_HANDLE.get() {
-        h.record(born.elapsed().as_secs_f64());
-    }
+    record_publish_to_writes(born, 1);
 }
 
 /// How often [`run_upkeep`] folds recorded histogram samples into their buckets: often, so each
