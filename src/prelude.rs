@@ -4,7 +4,8 @@
 //! and that folds to the same state and messages (AGUI.md §6 "Prelude recipes").
 //!
 //! Pure functions: the hub calls them under the thread's lock with its [`ThreadFold`] and
-//! encodes the result; only the last event of a prelude or bridge carries an `id:`.
+//! encodes the result; only the last event of a prelude carries an `id:` (a bridge also marks its
+//! first event, see `sse::Frame::bridge`).
 //!
 //! Recipe (fresh connection):
 //! 1. the current run's original `RUN_STARTED` (`input` included), with

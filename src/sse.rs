@@ -10,7 +10,7 @@
 
 use crate::event::EventType;
 use crate::event::order::OrderChecker;
-use crate::log::{EventId, LogEntry};
+use crate::log::{EventId, LogEntry, ResumeId};
 use crate::queue::{CloseReason, ConnQueue, Drained, MergeKey};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
@@ -73,6 +73,33 @@ impl Frame {
         born: Instant,
         view: Option<Arc<OrderChecker>>,
     ) -> Frame {
+        Self::synthesised_from(None, id, events, born, view)
+    }
+
+    /// A reset bridge (SPEC §5 "Reset") as one frame: like [`Frame::synthesised`], and when
+    /// the bridge has more than one event its first event also carries
+    /// [`ResumeId::InsideBridge`]`(after)`, `after` being the last id the connection was
+    /// given before the bridge. A client cut off inside the bridge has applied part of it and
+    /// must not be resumed exactly from `after`: it comes back with the mark instead and gets
+    /// a prelude. `events` must not be empty.
+    pub fn bridge(
+        after: EventId,
+        id: EventId,
+        events: &[Value],
+        born: Instant,
+        view: Option<Arc<OrderChecker>>,
+    ) -> Frame {
+        let mark = (events.len() > 1).then_some(ResumeId::InsideBridge(after));
+        Self::synthesised_from(mark, id, events, born, view)
+    }
+
+    fn synthesised_from(
+        mark: Option<ResumeId>,
+        id: EventId,
+        events: &[Value],
+        born: Instant,
+        view: Option<Arc<OrderChecker>>,
+    ) -> Frame {
         let mut buf = BytesMut::new();
         let mut event_type = EventType::Raw;
         let mut data_start = 0;
@@ -84,8 +111,14 @@ impl Frame {
                 .and_then(Value::as_str)
                 .and_then(EventType::parse)
                 .unwrap_or(EventType::Raw);
-            if i + 1 == events.len() {
-                let id_text = id.to_string();
+            let id_text = if i + 1 == events.len() {
+                Some(id.to_string())
+            } else if i == 0 {
+                mark.map(|m| m.to_string())
+            } else {
+                None
+            };
+            if let Some(id_text) = id_text {
                 buf.put_slice(b"id: ");
                 buf.put_slice(id_text.as_bytes());
                 buf.put_slice(b"\n");
@@ -510,6 +543,37 @@ mod tests {
             Some(&br#"{"type":"STATE_SNAPSHOT","snapshot":{}}"#[..])
         );
         assert_eq!(f.event_type, EventType::StateSnapshot);
+    }
+
+    #[test]
+    fn bridge_frame_marks_its_first_event_and_ids_its_last() {
+        let at = |seq| EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::new(0, seq),
+        };
+        let events = [
+            serde_json::json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}),
+            serde_json::json!({"type":"RUN_STARTED","threadId":"t","runId":"s"}),
+            serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":{}}),
+        ];
+        let f = Frame::bridge(at(4), at(9), &events, Instant::now(), None);
+        let text = std::str::from_utf8(&f.bytes).unwrap();
+        let ids: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .collect();
+        assert_eq!(ids, ["00000001-0-4-bridge", "00000001-0-9"], "{text}");
+        assert!(text.starts_with("id: 00000001-0-4-bridge\ndata: {\"type\":\"RUN_FINISHED\""));
+        assert_eq!(
+            ids[0].parse::<ResumeId>(),
+            Ok(ResumeId::InsideBridge(at(4)))
+        );
+        // A bridge of one event is whole or not received at all: its id alone.
+        let one = Frame::bridge(at(4), at(9), &events[2..], Instant::now(), None);
+        assert_eq!(
+            &one.bytes[..],
+            &b"id: 00000001-0-9\ndata: {\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}\n\n"[..]
+        );
     }
 
     #[test]

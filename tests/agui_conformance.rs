@@ -16,7 +16,9 @@
 //! - (d) [`scenario_slow`]: a raw TCP subscriber that does not read while a recorded run is
 //!   published is coalesced (SPEC §5), and still folds like the log;
 //! - (e) [`scenario_resets`]: a raw TCP subscriber that reads in bursts is reset several times,
-//!   across run boundaries, and its one connection still passes and folds like the log.
+//!   across run boundaries, and its one connection still passes and folds like the log;
+//! - (f) `a_subscriber_cut_inside_a_bridge_resumes_and_folds_like_the_log`: a client cut off at
+//!   every event boundary inside a reset bridge comes back with its last id and still passes.
 //!
 //! (d) and (e) run against a broker child process ([`BrokerProcess`]), so that its `/metrics`
 //! counts this subscriber alone; see [`StalledSse`] for how the stall is made certain.
@@ -498,7 +500,7 @@ impl StalledSse {
 
     /// Reads until a frame with an id at or after `id` arrived (a bridge may stand for it).
     async fn read_through(&mut self, id: &str) {
-        let (epoch, ms, seq) = sse_client::id_key(id);
+        let (epoch, ms, seq, _) = sse_client::id_key(id);
         while !self
             .newest
             .as_ref()
@@ -557,7 +559,7 @@ impl StalledSse {
             for line in frame.split(|b| *b == b'\n') {
                 if let Some(id) = line.strip_prefix(b"id: ") {
                     let id = String::from_utf8_lossy(id).into_owned();
-                    let (epoch, ms, seq) = sse_client::id_key(&id);
+                    let (epoch, ms, seq, _) = sse_client::id_key(&id);
                     self.newest = Some((epoch, ms, seq));
                     self.ids.insert(id);
                 }
@@ -569,7 +571,8 @@ impl StalledSse {
 
 /// One frame of a body that carries data.
 struct DataFrame {
-    /// Its `id:`, if any (only the last event of a prelude or bridge has one).
+    /// Its `id:`, if any (only the last event of a prelude or bridge has an event id; a bridge's
+    /// first event has its mark).
     id: Option<String>,
     event: Value,
     /// Bytes on the wire (the frame and its blank line).
@@ -599,7 +602,8 @@ fn data_frames(body: &str) -> Vec<DataFrame> {
 }
 
 /// The event types of every bridge in a body received live from an empty thread (so without
-/// prelude): a bridge is a run of frames without `id:` and the frame with `id:` that ends it,
+/// prelude): a bridge is a run of frames without an event id (its first carries the bridge's
+/// mark) and the frame with `id:` that ends it,
 /// holding a `MESSAGES_SNAPSHOT` (every bridge restates the messages; the published sources
 /// have no `MESSAGES_SNAPSHOT`).
 fn bridges(body: &str) -> Vec<Vec<String>> {
@@ -607,7 +611,8 @@ fn bridges(body: &str) -> Vec<Vec<String>> {
     let mut group: Vec<String> = Vec::new();
     for f in data_frames(body) {
         group.push(f.event["type"].as_str().unwrap_or("?").to_string());
-        if f.id.is_some() {
+        // The bridge's mark on its first event does not end it (SPEC §5).
+        if f.id.as_deref().is_some_and(|id| !id.ends_with("-bridge")) {
             if group.iter().any(|t| t == "MESSAGES_SNAPSHOT") {
                 out.push(std::mem::take(&mut group));
             }
@@ -1329,4 +1334,149 @@ async fn burst_reader_reset_inside_a_chunk_lane_folds_like_the_log() {
         &[("synthetic".into(), events, thread, vec![inside])],
     )
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f)
+
+/// Where a client may be cut off inside the first reset bridge of `body`: the byte offsets
+/// after each complete event of the bridge but its last. The bridge is found without relying
+/// on its mark: the frames from after the last event id before its `MESSAGES_SNAPSHOT` (every
+/// bridge restates the messages; the synthetic thread has no `MESSAGES_SNAPSHOT`) to the next
+/// event id, which is on its last event. Also returns whether the bridge's first event
+/// carries the mark (`<id>-bridge`, SPEC §5).
+fn cuts_inside_first_bridge(body: &str) -> (Vec<usize>, bool) {
+    // (end offset, id, data type) of each block.
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    for block in body.split_inclusive("\n\n") {
+        at += block.len();
+        let id = block.lines().find_map(|l| l.strip_prefix("id: "));
+        let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+        let ty = data.map(|d| {
+            let v: Value = serde_json::from_str(d).expect("data is JSON");
+            v["type"].as_str().unwrap_or("?").to_string()
+        });
+        blocks.push((at, id, ty));
+    }
+    let event_id =
+        |b: &(usize, Option<&str>, Option<String>)| b.1.is_some_and(|id| !id.ends_with("-bridge"));
+    let snapshot = blocks
+        .iter()
+        .position(|b| b.2.as_deref() == Some("MESSAGES_SNAPSHOT"))
+        .expect("a bridge in the body");
+    let first = blocks[..snapshot]
+        .iter()
+        .rposition(event_id)
+        .map_or(0, |i| i + 1);
+    let first = first
+        + blocks[first..]
+            .iter()
+            .position(|b| b.2.is_some())
+            .expect("data");
+    let last = snapshot
+        + blocks[snapshot..]
+            .iter()
+            .position(event_id)
+            .expect("the bridge's id");
+    let cuts = blocks[first..last]
+        .iter()
+        .filter(|b| b.2.is_some())
+        .map(|b| b.0)
+        .collect();
+    let marked = blocks[first].1.is_some_and(|id| id.ends_with("-bridge"));
+    (cuts, marked)
+}
+
+/// The last `id:` of a body (what an `EventSource` sends back as `Last-Event-ID`).
+fn last_id_of(body: &str) -> Option<String> {
+    body.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("id: "))
+        .map(str::to_string)
+}
+
+/// (f) A raw TCP subscriber reads the first third of the synthetic thread's first run, stalls
+/// until its queue is reset, and reads again once more of the run was published: it receives
+/// a bridge. For every event boundary inside that bridge, a client cut off there comes back
+/// with the last id it received (the bridge's mark: the bridge's first event carries it) and
+/// reads to the end of the thread. Each client's two connections must pass (the second begins
+/// with a prelude) and fold like the log; without the mark the client would resume exactly
+/// from before the bridge, on top of the part it applied (duplicated messages, a run started
+/// twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_cut_inside_a_bridge_resumes_and_folds_like_the_log() {
+    let test = "a_subscriber_cut_inside_a_bridge_resumes_and_folds_like_the_log";
+    let broker = resets_broker(true).await;
+    let base = broker.base();
+    let thread = broker::thread_id("conf-cut");
+    let events = synthetic_thread(&thread, false, false);
+    let run = run_ranges(&events)[0].clone();
+    let (read_to, stall_to) = (run.start + run.len() / 3, run.start + 2 * run.len() / 3);
+
+    let mut slow = StalledSse::connect(broker.addr, &thread).await;
+    let capacity = stall_capacity(slow.rcvbuf, RESET_MAX_BYTES + (64 << 10));
+    let mut p = Publisher::new(&base, &thread);
+    for (i, e) in events.iter().enumerate().take(read_to) {
+        publish_own_at(&mut p, i, e).await;
+    }
+    slow.read_through(p.last_id().expect("published")).await;
+    let filler = "x".repeat(RESET_PAD_BYTES);
+    pad_until_stuck(
+        &base,
+        &mut p,
+        |_| json!({"type": "RAW", "event": {"padding": filler}}),
+        Overfull::Reset,
+        capacity + RESET_MAX_BYTES,
+    )
+    .await;
+    for (i, e) in events.iter().enumerate().take(stall_to).skip(read_to) {
+        publish_own_at(&mut p, i, e).await;
+    }
+    slow.read_through(p.last_id().expect("published")).await;
+    let body = slow.body();
+    drop(slow);
+    let (cuts, marked) = cuts_inside_first_bridge(&body);
+    assert!(cuts.len() >= 3, "a bridge of several events: {cuts:?}");
+
+    let bridge_resets = || metric(&base, "agui_resets_total", &[("cause", "bridge")]);
+    let counted_before = bridge_resets().await;
+    let mut clients = Vec::new();
+    for &cut in &cuts {
+        let first = body[..cut].to_string();
+        let last = last_id_of(&first).expect("an id before the cut");
+        let (until, rx) = watch::channel(None);
+        let reader = agui::subscribe_reader(&base, &thread, Some(&last), rx).await;
+        clients.push((first, until, reader));
+    }
+    for (i, e) in events.iter().enumerate().skip(stall_to) {
+        publish_own_at(&mut p, i, e).await;
+    }
+    let last = p.last_id().expect("published").to_string();
+    let mut comparisons = Vec::new();
+    for (n, (first, until, reader)) in clients.into_iter().enumerate() {
+        until.send_replace(Some(last.clone()));
+        let second = reader.await.expect("second connection");
+        let label = format!("memory/cut-inside-bridge/synthetic/cut={n}");
+        comparisons.push(Comparison {
+            subject: agui::client_case(&format!("{label}/sub"), &thread, &[first, second]),
+            reference: log_case(&base, &thread, &last, &label).await,
+            expect: None,
+            label,
+        });
+    }
+    report(test, &comparisons, &[]);
+    assert!(marked, "the bridge's first event carries its mark");
+    assert_eq!(
+        bridge_resets().await - counted_before,
+        cuts.len() as f64,
+        "each resume with a bridge mark is counted as a reset (cause bridge)"
+    );
+}
+
+/// Publishes event `i` of a source, which must be accepted.
+async fn publish_own_at(p: &mut Publisher, i: usize, event: &Value) {
+    if p.publish(i, event).await.is_none() {
+        panic!("refused: {:?}", p.skipped_notes());
+    }
 }

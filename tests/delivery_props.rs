@@ -7,7 +7,9 @@
 //! deltas, some of them failing when order validation is off, `RUN_ERROR`s, `RAW`/`CUSTOM`)
 //! with a small state machine, publishes it in small batches, and runs 1–4 simulated clients:
 //! each has a speed (publish steps between its drains), stalls, disconnects (reconnecting with
-//! its last id, without id, or with an id that cannot be resumed) and random queue limits;
+//! its last id, without id, or with an id that cannot be resumed), cuts inside a write (after
+//! some of its events, as a dropped connection; it comes back with the last id it received,
+//! which inside a reset bridge is the bridge's mark) and random queue limits;
 //! retention trims the log (small `retention.max_events`, checkpoints from [`Ingest`]).
 //!
 //! Properties:
@@ -41,7 +43,7 @@ use agui_fanout::fold::{ThreadFold, apply_patch};
 use agui_fanout::hub::{Hub, Outcome, Start, Subscription};
 use agui_fanout::ingest::Ingest;
 use agui_fanout::log::memory::MemoryLog;
-use agui_fanout::log::{Epoch, EventId, EventLog, Retention, StreamPos};
+use agui_fanout::log::{Epoch, EventId, EventLog, ResumeId, Retention, StreamPos};
 use agui_fanout::prelude;
 use agui_fanout::queue::{CloseReason, Drained, QueueLimits};
 use agui_fanout::sse::Frame;
@@ -558,6 +560,9 @@ struct SubCfg {
     disconnect_pct: u16,
     /// Steps offline after a disconnect (at most).
     offline: usize,
+    /// Chance (%) per write of being cut off inside it, after a random number of its events
+    /// (the connection drops; the client comes back with the last id it received).
+    cut_pct: u16,
     /// First connection with `?from=start` (else no id).
     from_start: bool,
     /// Joins at this percentage of the publish steps.
@@ -585,9 +590,10 @@ fn sub_cfg() -> impl Strategy<Value = SubCfg> {
         0usize..=8,
         any::<bool>(),
         0usize..=100,
+        prop_oneof![Just(0u16), 1u16..=40],
     )
         .prop_map(
-            |(speed, stall_pct, stall_len, disconnect_pct, offline, from_start, join_pct)| SubCfg {
+            |(
                 speed,
                 stall_pct,
                 stall_len,
@@ -595,6 +601,16 @@ fn sub_cfg() -> impl Strategy<Value = SubCfg> {
                 offline,
                 from_start,
                 join_pct,
+                cut_pct,
+            )| SubCfg {
+                speed,
+                stall_pct,
+                stall_len,
+                disconnect_pct,
+                offline,
+                from_start,
+                join_pct,
+                cut_pct,
             },
         )
 }
@@ -715,6 +731,10 @@ struct Stats {
     preludes: usize,
     exact_resumes: usize,
     unresumable: usize,
+    /// Connections cut inside a write.
+    cuts: usize,
+    /// Of those, cut inside a reset bridge (after its first event): resumed with its mark.
+    cuts_inside_bridges: usize,
     synthesised_mid_connection: usize,
     coalesced_frames: usize,
     coalesced_events: usize,
@@ -737,6 +757,8 @@ impl Stats {
         self.preludes += o.preludes;
         self.exact_resumes += o.exact_resumes;
         self.unresumable += o.unresumable;
+        self.cuts += o.cuts;
+        self.cuts_inside_bridges += o.cuts_inside_bridges;
         self.synthesised_mid_connection += o.synthesised_mid_connection;
         self.coalesced_frames += o.coalesced_frames;
         self.coalesced_events += o.coalesced_events;
@@ -773,6 +795,9 @@ struct Client {
     fold: ThreadFold,
     /// Last id received (over all connections).
     last: Option<EventId>,
+    /// The last id received is the mark of a reset bridge sent after `last` (or, `last`
+    /// being `None`, after nothing): the client resumes with that mark.
+    bridge_mark: bool,
     connected_once: bool,
     reconnect_at: usize,
     reconnect: Reconnect,
@@ -810,6 +835,13 @@ impl Client {
         stats.connections += 1;
         match (start, sub.outcome) {
             (Start::After(_), Outcome::Exact) => stats.exact_resumes += 1,
+            (Start::InsideBridge(_), Outcome::Unresumable(_)) => {
+                stats.unresumable += 1;
+                stats.cuts_inside_bridges += 1;
+            }
+            (Start::InsideBridge(_), _) => {
+                return Err(self.fail("a resume inside a bridge taken as exact".into()));
+            }
             (_, Outcome::Unresumable(_)) => stats.unresumable += 1,
             _ => {}
         }
@@ -840,7 +872,7 @@ impl Client {
         let prelude = sub.prelude.as_ref().map(|p| p.bytes.clone());
         self.sub = Some(sub);
         if let Some(bytes) = prelude {
-            self.receive(&bytes, truth, stats)?;
+            self.receive(&bytes, None, truth, stats)?;
         }
         Ok(())
     }
@@ -852,8 +884,16 @@ impl Client {
         self.reconnect = how;
     }
 
-    /// Processes one write of the stream (whole frames).
-    fn receive(&mut self, bytes: &[u8], truth: &Truth, stats: &mut Stats) -> Result<(), String> {
+    /// Processes one write of the stream (whole frames); with `cut_after = Some(n)`, only the
+    /// first `n` events of it (the connection was cut there: the rest never arrives and the
+    /// fold is not compared, since the client may be inside a bridge).
+    fn receive(
+        &mut self,
+        bytes: &[u8],
+        cut_after: Option<usize>,
+        truth: &Truth,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
         let text = std::str::from_utf8(bytes).map_err(|e| self.fail(format!("not UTF-8: {e}")))?;
         if text.contains('\r') || !text.ends_with("\n\n") {
             return Err(self.fail(format!("bad framing: {text:?}")));
@@ -861,6 +901,10 @@ impl Client {
         let mut data_only = 0usize;
         let mut types = Vec::new();
         for block in text.split_terminator("\n\n") {
+            if cut_after.is_some_and(|n| types.len() >= n) {
+                self.log.push(format!("cut after {types:?}"));
+                return Ok(());
+            }
             let (mut id, mut data) = (None, None);
             for line in block.split('\n') {
                 if let Some(r) = line.strip_prefix("id: ") {
@@ -904,9 +948,22 @@ impl Client {
                 data_only += 1;
                 continue;
             };
-            let id: EventId = id
-                .parse()
-                .map_err(|_| self.fail(format!("malformed id {id:?}")))?;
+            let id = match id.parse::<ResumeId>() {
+                Ok(ResumeId::Event(id)) => id,
+                Ok(ResumeId::InsideBridge(after)) => {
+                    // The first event of a reset bridge: marked after the client's last id.
+                    let last = self.last.map_or(StreamPos::ZERO, |l| l.pos);
+                    if Some(after.epoch) != truth.epoch || after.pos != last || data_only > 0 {
+                        return Err(self.fail(format!(
+                            "bridge mark {after}-bridge after {last} (events without id before it: {data_only})"
+                        )));
+                    }
+                    self.bridge_mark = true;
+                    data_only += 1;
+                    continue;
+                }
+                Err(_) => return Err(self.fail(format!("malformed id {id:?}"))),
+            };
             if Some(id.epoch) != truth.epoch {
                 return Err(self.fail(format!("id {id} of another epoch")));
             }
@@ -929,6 +986,7 @@ impl Client {
             }
             data_only = 0;
             self.last_coalesced = !synthesised && x > prev + 1;
+            self.bridge_mark = false;
             self.last = Some(id);
             self.conn_last = Some(id);
         }
@@ -1015,6 +1073,7 @@ impl Client {
         &mut self,
         full: bool,
         step: usize,
+        cut: &mut Choices<'_>,
         truth: &Truth,
         stats: &mut Stats,
     ) -> Result<(), String> {
@@ -1023,7 +1082,22 @@ impl Client {
             let Some(sub) = &self.sub else { return Ok(()) };
             match sub.queue.try_drain() {
                 Some(Drained::Frames(bytes)) => {
-                    self.receive(&bytes, truth, stats)?;
+                    let events = bytes.windows(2).filter(|w| w == b"\n\n").count();
+                    // Writes with a bridge are rare and what cuts are about: cut them often.
+                    let bridge = bytes.windows(8).any(|w| w == b"-bridge\n");
+                    let pct = match self.cfg.cut_pct {
+                        0 => 0,
+                        p if bridge => p.max(50),
+                        p => p,
+                    };
+                    if events > 1 && cut.chance(pct) {
+                        stats.cuts += 1;
+                        let n = 1 + cut.below(events - 1);
+                        self.receive(&bytes, Some(n), truth, stats)?;
+                        self.disconnect(step, 1, Reconnect::LastId, "cut inside a write");
+                        return Ok(());
+                    }
+                    self.receive(&bytes, None, truth, stats)?;
                     idle = 0;
                     if !full {
                         return Ok(());
@@ -1064,6 +1138,12 @@ impl Client {
 
     fn start_for(&self, how: Reconnect, truth: &Truth) -> Start {
         match (how, self.last) {
+            (Reconnect::LastId, last) if self.bridge_mark => {
+                Start::InsideBridge(last.unwrap_or(EventId {
+                    epoch: truth.epoch.unwrap_or(Epoch(1)),
+                    pos: StreamPos::ZERO,
+                }))
+            }
             (Reconnect::LastId, Some(id)) => Start::After(id),
             (Reconnect::Bogus, last) => {
                 let epoch = truth.epoch.unwrap_or(Epoch(1));
@@ -1190,6 +1270,7 @@ async fn simulate(case: &Case) -> Result<Stats, String> {
             conn_prelude: false,
             fold: ThreadFold::new(),
             last: None,
+            bridge_mark: false,
             connected_once: false,
             reconnect_at: cfg.join_pct * n_steps / 100,
             reconnect: Reconnect::NoId,
@@ -1257,7 +1338,7 @@ async fn simulate(case: &Case) -> Result<Stats, String> {
         for c in clients.iter_mut() {
             if c.sub.is_some() && step >= c.next_drain {
                 let full = ch.weighted(&[3, 1]) == 0;
-                c.drain(full, step, &truth, &mut stats).await?;
+                c.drain(full, step, &mut ch, &truth, &mut stats).await?;
                 c.next_drain = step + c.cfg.speed;
                 if ch.chance(c.cfg.stall_pct) {
                     c.next_drain += c.cfg.stall_len;
@@ -1278,8 +1359,9 @@ async fn simulate(case: &Case) -> Result<Stats, String> {
         }
     }
 
-    // Publishing is over: everyone (re)connects and catches up with the head.
+    // Publishing is over: everyone (re)connects and catches up with the head (uncut).
     settle(&hub, &thread, truth.head()).await?;
+    let mut no_cuts = Choices::new(&[]);
     for round in 0..8 {
         if round >= 4 {
             // (On a multi-threaded runtime, replay tasks may need a moment.)
@@ -1295,7 +1377,8 @@ async fn simulate(case: &Case) -> Result<Stats, String> {
                 c.connect(&hub, &thread, &truth, start, true, &mut stats)
                     .await?;
             }
-            c.drain(true, n_steps + round, &truth, &mut stats).await?;
+            c.drain(true, n_steps + round, &mut no_cuts, &truth, &mut stats)
+                .await?;
         }
     }
     for c in &clients {
@@ -1384,6 +1467,8 @@ fn the_cases_cover_the_delivery_paths() {
     assert!(total.preludes > 0, "{total:?}");
     assert!(total.exact_resumes > 0, "{total:?}");
     assert!(total.unresumable > 0, "{total:?}");
+    assert!(total.cuts > 0, "{total:?}");
+    assert!(total.cuts_inside_bridges > 0, "{total:?}");
     assert!(total.trimmed > 0, "{total:?}");
     assert!(total.failing_deltas > 0, "{total:?}");
 }

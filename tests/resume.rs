@@ -322,7 +322,7 @@ async fn unresumable_case(base: &str, case: BadId) {
         ids.push(sse_client::publish_ok(base, &thread, chunk).await);
     }
     let (first, last) = (ids[0].0.clone(), ids[ids.len() - 1].1.clone());
-    let (epoch, ms, _) = sse_client::id_key(&last);
+    let (epoch, ms, _, _) = sse_client::id_key(&last);
 
     let (header, query) = match case {
         BadId::OtherEpoch => {

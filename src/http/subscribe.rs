@@ -6,7 +6,7 @@
 use super::publish::parse_thread;
 use super::{ApiError, AppState};
 use crate::hub::{Outcome, Start};
-use crate::log::EventId;
+use crate::log::ResumeId;
 use crate::metrics as m;
 use crate::queue::ConnQueue;
 use crate::sse::{self, Guard, StreamSettings};
@@ -103,8 +103,9 @@ pub(crate) async fn open(
         .or(query.last_event_id.filter(|s| !s.is_empty()));
     let mut prefix: Vec<Bytes> = Vec::new();
     let start = match raw_id {
-        Some(raw) => match raw.parse::<EventId>() {
-            Ok(id) => Start::After(id),
+        Some(raw) => match raw.parse::<ResumeId>() {
+            Ok(ResumeId::Event(id)) => Start::After(id),
+            Ok(ResumeId::InsideBridge(id)) => Start::InsideBridge(id),
             Err(_) => {
                 // Never a 4xx for a bad id: a native EventSource would not retry (SPEC §4.3).
                 let shown: String = raw.chars().take(80).collect();

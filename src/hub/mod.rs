@@ -63,6 +63,9 @@ pub enum Start {
     FromStart,
     /// `Last-Event-ID`: strictly after this id.
     After(EventId),
+    /// `Last-Event-ID` marking a position inside a reset bridge sent after this id
+    /// ([`crate::log::ResumeId::InsideBridge`]): not resumable exactly, a prelude at the head.
+    InsideBridge(EventId),
 }
 
 /// How a subscription actually started, for the caller's logs, metrics and stream comments.
@@ -246,6 +249,7 @@ impl Hub {
                     (Outcome::Unresumable(ResumeGap::OtherEpoch), None)
                 }
                 Start::After(id) => (Outcome::Exact, Some(ReadFrom::After(id))),
+                Start::InsideBridge(_) => (Outcome::Unresumable(ResumeGap::InsideBridge), None),
             }
         };
         // A resume needs the log's verdict (trimmed? ahead?) before the stream starts.
@@ -599,12 +603,15 @@ impl BridgeSource for Bridges {
             if events.is_empty() {
                 return false;
             }
-            let id = EventId {
+            let at = |pos| EventId {
                 epoch: head.epoch,
-                pos: st.cursor,
+                pos,
             };
-            queue.install_bridge(Frame::synthesised(
-                id,
+            // The queue's last position is stable here: a reset queue takes no frame until
+            // the bridge is installed.
+            queue.install_bridge(Frame::bridge(
+                at(queue.last_position()),
+                at(st.cursor),
                 &events,
                 Instant::now(),
                 st.view.clone(),

@@ -122,6 +122,45 @@ impl FromStr for EventId {
     }
 }
 
+/// A `Last-Event-ID` as the broker hands it out and gets it back (SPEC §3, §4, §5).
+///
+/// Besides event ids, the first event of a reset bridge (SPEC §5 "Reset", built by the hub)
+/// carries `<event id>-bridge`, where `<event id>` is the last id the connection was given
+/// before the bridge. A client cut off inside the bridge has applied an unknown part of it,
+/// so it cannot be resumed exactly: it comes back with this id and gets a prelude. The mark
+/// sorts after `<event id>` and before the bridge's own id (the bridge's last event carries
+/// the newest id it stands for), so ids still strictly increase on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeId {
+    /// An event's id: resumable exactly while the log retains what follows it.
+    Event(EventId),
+    /// The mark of a position inside a reset bridge sent after this id.
+    InsideBridge(EventId),
+}
+
+/// The suffix of [`ResumeId::InsideBridge`].
+const BRIDGE_SUFFIX: &str = "-bridge";
+
+impl fmt::Display for ResumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResumeId::Event(id) => id.fmt(f),
+            ResumeId::InsideBridge(id) => write!(f, "{id}{BRIDGE_SUFFIX}"),
+        }
+    }
+}
+
+impl FromStr for ResumeId {
+    type Err = IdParseError;
+    /// Parses an [`EventId`], optionally followed by `-bridge`.
+    fn from_str(s: &str) -> Result<Self, IdParseError> {
+        match s.strip_suffix(BRIDGE_SUFFIX) {
+            Some(id) => id.parse().map(ResumeId::InsideBridge),
+            None => s.parse().map(ResumeId::Event),
+        }
+    }
+}
+
 /// One appended event as read back from the log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogEntry {
@@ -282,6 +321,10 @@ pub enum ResumeGap {
     /// The id is ahead of the newest event.
     #[error("event id is ahead of the log")]
     Ahead,
+    /// The id marks a position inside a reset bridge ([`ResumeId::InsideBridge`]): what the
+    /// client applied of the bridge is unknown.
+    #[error("event id marks a position inside a reset bridge")]
+    InsideBridge,
 }
 
 impl ResumeGap {
@@ -291,6 +334,7 @@ impl ResumeGap {
             ResumeGap::OtherEpoch => "epoch",
             ResumeGap::Trimmed => "trimmed",
             ResumeGap::Ahead => "ahead",
+            ResumeGap::InsideBridge => "bridge",
         }
     }
 }
@@ -485,6 +529,31 @@ mod tests {
             "0a1b2c3d-99999999999999999999-1",
         ] {
             assert_eq!(bad.parse::<EventId>(), Err(IdParseError), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn resume_ids_round_trip_and_reject() {
+        let id = EventId {
+            epoch: Epoch(0x0a1b2c3d),
+            pos: StreamPos::new(0, 7),
+        };
+        assert_eq!(ResumeId::Event(id).to_string(), "0a1b2c3d-0-7");
+        assert_eq!(
+            ResumeId::InsideBridge(id).to_string(),
+            "0a1b2c3d-0-7-bridge"
+        );
+        for r in [ResumeId::Event(id), ResumeId::InsideBridge(id)] {
+            assert_eq!(r.to_string().parse::<ResumeId>(), Ok(r));
+        }
+        for bad in [
+            "-bridge",
+            "0a1b2c3d-0-bridge",
+            "0a1b2c3d-0-7-bridge-bridge",
+            "0a1b2c3d-0-7-Bridge",
+            "0a1b2c3d-0-7bridge",
+        ] {
+            assert_eq!(bad.parse::<ResumeId>(), Err(IdParseError), "{bad:?}");
         }
     }
 

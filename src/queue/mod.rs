@@ -415,6 +415,12 @@ impl ConnQueue {
         self.inner.lock().bridge_pending
     }
 
+    /// The position of the last frame taken by the writer or written at once (or where the
+    /// queue started): the client's last id, within the thread's current epoch.
+    pub fn last_position(&self) -> StreamPos {
+        self.inner.lock().last
+    }
+
     /// The order state after the last frame taken by the writer (the client's view), if
     /// known.
     pub fn client_view(&self) -> Option<Arc<OrderChecker>> {

@@ -84,13 +84,19 @@ pub async fn publish(base: &str, thread: &str, events: &[Value]) -> reqwest::Res
         .expect("publish request")
 }
 
-/// Event ids compare in log order: `<epoch>-<ms>-<seq>` within one epoch.
-pub fn id_key(id: &str) -> (String, u64, u64) {
+/// Event ids compare in log order: `<epoch>-<ms>-<seq>` within one epoch. The mark on the
+/// first event of a reset bridge, `<epoch>-<ms>-<seq>-bridge`, sorts right after the id it
+/// names (the last component is `true` for it).
+pub fn id_key(id: &str) -> (String, u64, u64, bool) {
+    let (id, bridge) = match id.strip_suffix("-bridge") {
+        Some(id) => (id, true),
+        None => (id, false),
+    };
     let mut parts = id.splitn(3, '-');
     let epoch = parts.next().unwrap().to_string();
     let ms = parts.next().unwrap().parse().unwrap();
     let seq = parts.next().unwrap().parse().unwrap();
-    (epoch, ms, seq)
+    (epoch, ms, seq, bridge)
 }
 
 /// Asserts that ids strictly increase.
