@@ -711,6 +711,21 @@ async fn pad_until_stuck(
     unreachable!()
 }
 
+/// [`pad_until_stuck`] with `RAW` padding of [`RESET_PAD_BYTES`] until the subscriber is reset
+/// (e, f). `RAW` frames never merge: past `capacity` the writer is stuck, and the queue
+/// overflows within its own bound. Returns the bytes of padding published.
+async fn pad_until_reset(base: &str, p: &mut Publisher, capacity: usize) -> usize {
+    let filler = "x".repeat(RESET_PAD_BYTES);
+    pad_until_stuck(
+        base,
+        p,
+        |_| json!({"type": "RAW", "event": {"padding": filler}}),
+        Overfull::Reset,
+        capacity + RESET_MAX_BYTES,
+    )
+    .await
+}
+
 /// Publishes a test's own event (padding), which must be accepted.
 async fn publish_own(p: &mut Publisher, event: Value) {
     let i = p.accepted.len() + p.skipped.len();
@@ -1013,7 +1028,6 @@ async fn scenario_resets(
     let label = format!("memory/resets/{name}");
     let mut slow = StalledSse::connect(broker.addr, thread).await;
     let capacity = stall_capacity(slow.rcvbuf, RESET_MAX_BYTES + (64 << 10));
-    let filler = "x".repeat(RESET_PAD_BYTES);
     let resets_before = resets(&base).await;
     let mut p = Publisher::new(&base, thread);
     let (mut next, mut padding) = (0usize, 0usize);
@@ -1035,16 +1049,7 @@ async fn scenario_resets(
                 slow.read_through(&newest).await;
             }
             Step::PadUntilReset => {
-                // RAW frames never merge: past the capacity the writer is stuck, and the queue
-                // overflows within its own bound.
-                padding += pad_until_stuck(
-                    &base,
-                    &mut p,
-                    |_| json!({"type": "RAW", "event": {"padding": filler}}),
-                    Overfull::Reset,
-                    capacity + RESET_MAX_BYTES,
-                )
-                .await;
+                padding += pad_until_reset(&base, &mut p, capacity).await;
             }
             Step::Burst => {
                 let before = writes(&base).await;
@@ -1421,15 +1426,7 @@ async fn a_subscriber_cut_inside_a_bridge_resumes_and_folds_like_the_log() {
         publish_own_at(&mut p, i, e).await;
     }
     slow.read_through(p.last_id().expect("published")).await;
-    let filler = "x".repeat(RESET_PAD_BYTES);
-    pad_until_stuck(
-        &base,
-        &mut p,
-        |_| json!({"type": "RAW", "event": {"padding": filler}}),
-        Overfull::Reset,
-        capacity + RESET_MAX_BYTES,
-    )
-    .await;
+    pad_until_reset(&base, &mut p, capacity).await;
     for (i, e) in events.iter().enumerate().take(stall_to).skip(read_to) {
         publish_own_at(&mut p, i, e).await;
     }
