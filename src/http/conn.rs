@@ -100,7 +100,9 @@ async fn handle(stream: TcpStream, state: AppState, router: Router, watcher: Wat
     let _ = stream.set_nodelay(true);
     match route(&stream, HEAD_TIMEOUT).await {
         Route::Subscribe(req) => serve_subscribe(stream, req, state).await,
-        Route::Hyper => serve_hyper(stream, router, watcher).await,
+        // Boxed: a task is as large as its largest state, and hyper's connection future would
+        // otherwise make every idle subscriber's task as large as a publisher's.
+        Route::Hyper => Box::pin(serve_hyper(stream, router, watcher)).await,
         Route::Gone => {}
     }
 }
@@ -216,8 +218,15 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
         // `SseConfig::send_buffer`); the queue's own bounds and reset take over from there.
         let _ = socket2::SockRef::from(&stream).set_send_buffer_size(send_buffer);
     }
-    let opened =
-        subscribe::open(&state, &req.thread, req.last_event_id.as_deref(), req.query).await;
+    // Boxed, for the same reason: opening (the hub, the log) is done before the stream is
+    // written, and its future must not stay part of the task for the stream's lifetime.
+    let opened = Box::pin(subscribe::open(
+        &state,
+        &req.thread,
+        req.last_event_id.as_deref(),
+        req.query,
+    ))
+    .await;
     match opened {
         Ok(Opened::Stream {
             queue,
