@@ -18,6 +18,7 @@ use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMar
 use crate::prelude;
 use bytes::Bytes;
 use dashmap::DashMap;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -73,6 +74,23 @@ enum Checked {
     InPlace,
     /// Not checked (order validation off, or the fold cannot be rebuilt).
     Unchecked,
+}
+
+impl Checked {
+    /// Checks `batch` against `fold`, building the fold after it only when `build` (a
+    /// checkpoint candidate goes with the batch).
+    fn check<'a>(
+        fold: &ThreadFold,
+        batch: impl IntoIterator<Item = &'a Value>,
+        build: bool,
+    ) -> Result<Checked, Rejection> {
+        if build {
+            fold.check_batch(batch)
+                .map(|next| Checked::Built(Box::new(next)))
+        } else {
+            fold.check_batch_only(batch).map(|()| Checked::InPlace)
+        }
+    }
 }
 
 /// The publish pipeline. Cheap to clone.
@@ -177,12 +195,7 @@ impl Ingest {
             // folded in place once appended (no copy of the thread per publish).
             let due = self.candidate_due(&c, events_left.len());
             let checked = match (&fold, self.shared.strict_order) {
-                (Some(f), true) => match if due {
-                    f.check_batch(values_left)
-                        .map(|next| Checked::Built(Box::new(next)))
-                } else {
-                    f.check_batch_only(values_left).map(|()| Checked::InPlace)
-                } {
+                (Some(f), true) => match Checked::check(f, values_left, due) {
                     Ok(checked) => checked,
                     // Another node may have appended what makes the batch valid (the message
                     // it writes to, say): refuse only against the log's latest position.

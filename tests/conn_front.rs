@@ -200,17 +200,12 @@ async fn a_subscriber_that_keeps_sending_is_closed() {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(wr);
     });
-    let closed = async {
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), closed)
-        .await
-        .expect("closed after 1 MiB of junk");
+    read_until_closed(
+        &mut rd,
+        Duration::from_secs(5),
+        "closed after 1 MiB of junk",
+    )
+    .await;
     writer.abort();
 }
 
@@ -328,6 +323,25 @@ async fn a_client_that_goes_away_is_unregistered_at_once() {
     }
 }
 
+/// Reads (and drops) what `reader` holds until the peer closes or the read fails; panics with
+/// `what` when that takes longer than `within`.
+async fn read_until_closed(
+    reader: &mut (impl tokio::io::AsyncRead + Unpin),
+    within: Duration,
+    what: &str,
+) {
+    let mut buf = vec![0u8; 64 << 10];
+    let closed = async {
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, closed).await.expect(what);
+}
+
 /// Starts a run on `t` and subscribes to it over a raw socket with a 4 KB receive buffer (so
 /// the broker's writes fill it quickly), the request sent, nothing read yet.
 async fn small_window_subscriber(addr: std::net::SocketAddr, base: &str, t: &str) -> TcpStream {
@@ -395,17 +409,12 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // What was in flight is still readable; then the stream ends.
-    let read_all = async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read_all)
-        .await
-        .expect("the broker closed the connection");
+    read_until_closed(
+        &mut s,
+        Duration::from_secs(10),
+        "the broker closed the connection",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -843,8 +843,6 @@ fn authoritative_activity_types(event: &Value) -> ActivityAuthority<'_> {
     }
 }
 
-/// The `(index, operation)` list of a patch, without operations whose `op` the client's
-/// enforcement stage does not recognise (an object whose `op` is not one of RFC 6902's six).
 /// Applies a `STATE_DELTA` event's `delta` to `state` as [`Fold::apply`] does (the client's
 /// `applyPatch(state, delta, true, false)`: atomic, unknown operations dropped first).
 ///
@@ -855,6 +853,8 @@ pub(crate) fn apply_state_delta(state: &mut Value, event: &Value) -> Result<(), 
     patch_ops(event.get("delta")).and_then(|ops| patch::apply_atomic(state, ops))
 }
 
+/// The `(index, operation)` list of a patch, without operations whose `op` the client's
+/// enforcement stage does not recognise (an object whose `op` is not one of RFC 6902's six).
 fn patch_ops(delta: Option<&Value>) -> Result<Vec<(usize, &Value)>, PatchError> {
     let Some(Value::Array(ops)) = delta else {
         return Err(PatchError {
