@@ -1332,7 +1332,8 @@ async fn redis_new_epoch_deletes_checkpoint() {
     }
 }
 
-/// `idle_ttl` is a `PEXPIRE` of every key of the thread, renewed by each append.
+/// `idle_ttl` is a `PEXPIRE` of every key of the thread to `idle_ttl` plus a slack of
+/// `idle_ttl / 16` (at most 60 s), renewed by an append that finds less than `idle_ttl` left.
 #[tokio::test]
 async fn redis_idle_ttl_pexpires_every_key() {
     let f = Fixture::new(Backend::Redis);
@@ -1351,7 +1352,8 @@ async fn redis_idle_ttl_pexpires_every_key() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(pttl > 50_000 && pttl <= 60_000, "{key}: {pttl}");
+        // 60 s + 60 s / 16 of slack.
+        assert!(pttl > 60_000 && pttl <= 63_750, "{key}: {pttl}");
         let _: () = redis::cmd("PEXPIRE")
             .arg(&key)
             .arg(10_000)
@@ -1366,8 +1368,25 @@ async fn redis_idle_ttl_pexpires_every_key() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(pttl > 50_000, "{key} not renewed: {pttl}");
+        assert!(pttl > 60_000, "{key} not renewed: {pttl}");
     }
+    // An append that finds more than `idle_ttl` left leaves the TTLs alone.
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(stream_key(&thread))
+        .arg(62_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    log.append(&thread, &events(3..4)).await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(stream_key(&thread))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        pttl <= 62_000,
+        "renewed with more than idle_ttl left: {pttl}"
+    );
     // Without `idle_ttl` the broker leaves TTLs alone.
     let keep_forever = f.log_with(keep(1000), Duration::from_secs(1)).await;
     let other = f.thread();
@@ -1524,6 +1543,76 @@ async fn redis_direct_producer_entries() {
     );
     assert_eq!(got[2].id, ids[0]);
     assert!(tail.drain_for(Duration::from_millis(300)).await.is_empty());
+}
+
+/// The append's compare on Redis is "no entry after the expected ID": an entry added
+/// directly after it is a conflict (reported with the new last-generated-id); a stream
+/// emptied by trimming, or whose newest entry was `XDEL`eted, still takes an append on the
+/// head it reports.
+#[tokio::test]
+async fn redis_append_if_after_direct_trimmed_and_deleted_entries() {
+    let f = Fixture::new(Backend::Redis);
+    let log = f.log().await;
+    let mut conn = redis_conn(&redis_url()).await;
+    let thread = f.thread();
+    let fresh = log.head(&thread).await.unwrap();
+    log.append_if(&thread, &events(0..3), fresh, AppendExtras::default())
+        .await
+        .unwrap();
+    let head = log.head(&thread).await.unwrap();
+
+    xadd(
+        &mut conn,
+        &thread,
+        "e",
+        r#"{"type":"CUSTOM","name":"d","value":1}"#,
+    )
+    .await;
+    let now = match log
+        .append_if(&thread, &events(3..4), head, AppendExtras::default())
+        .await
+    {
+        Err(LogError::Conflict(now)) => now,
+        other => panic!("expected a conflict, got {other:?}"),
+    };
+    assert_eq!(now, log.head(&thread).await.unwrap());
+    assert!(now.last > head.last);
+
+    let _: i64 = redis::cmd("XTRIM")
+        .arg(stream_key(&thread))
+        .arg("MAXLEN")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let trimmed = log.head(&thread).await.unwrap();
+    assert_eq!(
+        (trimmed.epoch, trimmed.last),
+        (now.epoch, now.last),
+        "trimming keeps the last-generated-id"
+    );
+    let ids = log
+        .append_if(&thread, &events(3..5), trimmed, AppendExtras::default())
+        .await
+        .unwrap();
+
+    let _: i64 = redis::cmd("XDEL")
+        .arg(stream_key(&thread))
+        .arg(ids[1].pos.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let deleted = log.head(&thread).await.unwrap();
+    assert_eq!(deleted.last, ids[1].pos);
+    let more = log
+        .append_if(&thread, &events(5..6), deleted, AppendExtras::default())
+        .await
+        .unwrap();
+    assert!(more[0].pos > ids[1].pos);
+    let got = log.read(&thread, ReadFrom::Start, 10).await.unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].id, ids[0]);
+    assert_eq!(got[1].id, more[0]);
 }
 
 fn outage_config(server: &RedisServer) -> RedisLogConfig {

@@ -162,7 +162,8 @@ struct Scripts {
 
 /// Helpers shared by every script. `ensure_epoch` returns the thread's epoch, creating it (from
 /// `fresh`) when it is missing or malformed, or when the stream vanished after it existed under
-/// the current epoch (a new epoch deletes the checkpoint hash); `stream_info` returns
+/// the current epoch (a new epoch deletes the checkpoint hash), then whether the stream exists
+/// and whether a new epoch was created; `stream_info` returns
 /// `XINFO STREAM`'s `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`,
 /// `length` and `entries-added`, then the checkpoint's `pos` and `ord` (`0-0` and `-1` without
 /// one; see [`max_deleted`]).
@@ -171,8 +172,10 @@ local function ensure_epoch(stream, meta, ckpt, fresh)
   local m = redis.call('HMGET', meta, 'epoch', 'seen')
   local ep, seen = m[1], m[2]
   local live = redis.call('EXISTS', stream) == 1
+  local created = false
   if (not ep) or string.len(ep) ~= 8 or string.find(ep, '[^0-9a-f]') or (seen and not live) then
     ep = fresh
+    created = true
     -- A new epoch starts a new log: nothing of the old meta hash (producer marks) carries over.
     redis.call('DEL', meta)
     redis.call('HSET', meta, 'epoch', ep)
@@ -182,7 +185,7 @@ local function ensure_epoch(stream, meta, ckpt, fresh)
   if live and not seen then
     redis.call('HSET', meta, 'seen', '1')
   end
-  return ep, live
+  return ep, live, created
 end
 local function stream_info(stream, ckpt, live)
   if not live then
@@ -256,28 +259,31 @@ end
 /// [12] the append-note channel (empty: no note), [13] the thread id and [14] the events'
 /// AG-UI types separated by spaces (for the note), then one JSON per event.
 /// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
-/// last-generated-id is not the expected one (nothing appended, nothing changed). The newest
-/// entry's ID being the expected one is taken as a match (the only difference from the
-/// last-generated-id: entries after it deleted with `XDEL`, which are then not in the log the
-/// batch is checked against either).
+/// last-generated-id is not the expected one (nothing appended, nothing changed). No entry
+/// after the expected ID is taken as a match (the only difference from the last-generated-id:
+/// entries after it deleted with `XDEL`, which are then not in the log the batch is checked
+/// against either).
+/// `idle_ttl` ([9]) renews the three keys' TTL only when the stream's is below it (or a key
+/// was just created), to `idle_ttl + min(idle_ttl / 16, 60 s)`: a thread then expires between
+/// `idle_ttl` and that long after its last append, and most appends make one `PTTL` call
+/// instead of three `PEXPIRE`s.
 /// After the `XADD`s, `PUBLISH`es the batch on [12] (format: `notify.rs`), with the stream's
 /// `last-generated-id` before the batch: [5] when conditional (just compared), else from
 /// `XINFO STREAM` (`0-0` for a stream that did not exist).
 const LUA_APPEND: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local ep, live, created = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local prev = ARGV[5]
 if ARGV[4] ~= '' then
-  -- The newest entry being the expected one is the common case, and `XREVRANGE … COUNT 1` is
-  -- cheaper than `XINFO STREAM` (which also returns the first entry). Otherwise (another
-  -- append came first, or the stream is empty after trimming) the last-generated-id decides.
-  local newest = nil
-  if live and ep == ARGV[4] then
-    local r = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-    if r[1] then
-      newest = r[1][1]
-    end
+  -- No entry after the expected one is the common case, and `XREVRANGE + (<id> COUNT 1`
+  -- then replies an empty array: cheaper than `XINFO STREAM` (which returns the first and
+  -- last entries) or reading the newest entry. Otherwise (another append came first) the
+  -- last-generated-id decides, as it does for a stream that does not exist (free) and for
+  -- the largest ID (no exclusive form).
+  local after = true
+  if ep == ARGV[4] and ARGV[5] ~= '18446744073709551615-18446744073709551615' then
+    after = (not live) or redis.call('XREVRANGE', KEYS[1], '+', '(' .. ARGV[5], 'COUNT', 1)[1] ~= nil
   end
-  if newest ~= ARGV[5] then
+  if after then
     local info = stream_info(KEYS[1], KEYS[3], live)
     if ep ~= ARGV[4] or info[1] ~= ARGV[5] then
       return {'conflict', ep, info}
@@ -341,8 +347,13 @@ if ARGV[10] ~= '' then
   redis.call('HSET', KEYS[2], 'p:' .. ARGV[10], ARGV[11])
 end
 if ARGV[9] ~= '0' then
-  for i = 1, 3 do
-    redis.call('PEXPIRE', KEYS[i], ARGV[9])
+  local ttl = tonumber(ARGV[9])
+  -- `candidate` may have created the checkpoint hash, `created` the meta hash: no TTL yet.
+  if created or candidate or redis.call('PTTL', KEYS[1]) < ttl then
+    local renewed = ttl + math.min(math.floor(ttl / 16), 60000)
+    for i = 1, 3 do
+      redis.call('PEXPIRE', KEYS[i], renewed)
+    end
   end
 end
 if ARGV[12] ~= '' then
@@ -651,7 +662,7 @@ impl EventLog for RedisLog {
     /// `max_events`, or `4 * max_events` once the thread has checkpoints) in the same script,
     /// so the batch is wholly in the log or not at all; then `max_age` (may promote the pending
     /// checkpoint, `TIME`, `XTRIM … MINID`) and `idle_ttl` (`PEXPIRE` of the thread's three
-    /// keys, in ms). An `Unavailable` that comes from a timeout cannot tell whether the script
+    /// keys, in ms, when less than `idle_ttl` is left: see the script). An `Unavailable` that comes from a timeout cannot tell whether the script
     /// ran; the producer's retry is deduplicated upstream (`X-Producer-Seq`).
     async fn append(
         &self,
@@ -666,7 +677,8 @@ impl EventLog for RedisLog {
     }
 
     /// The append script with the expected epoch and `last-generated-id` checked first, in
-    /// the same atomic step (compare-and-append on the stream's last entry ID). A candidate
+    /// the same atomic step (compare-and-append on the stream's last entry ID: no entry after
+    /// the expected one). A candidate
     /// is handled in that script after the `XADD`s: `HMGET` of the pending checkpoint, its
     /// promotion (`HSET`/`HDEL` on the `ckpt` hash, `XTRIM <log> MINID <pos + 1>`, exact), and
     /// `HSET` of the candidate as pending at the batch's last entry ID.
