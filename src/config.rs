@@ -66,7 +66,8 @@ pub struct SseConfig {
     /// A subscriber whose socket accepts no byte for this long is disconnected (humantime,
     /// e.g. `"60s"`; nginx's `send_timeout`): a client that stopped reading costs the fan-out
     /// nothing (its queue is reset and drops what comes), but it holds a socket and its kernel
-    /// buffers until then. Applies to HTTP/1 streams written by the connection front.
+    /// buffers until then. Streams written by the connection front time their writes; every
+    /// connection served by hyper has a socket write timeout of the same length.
     #[serde(with = "humantime_serde")]
     pub write_timeout: Duration,
     /// `SO_SNDBUF` of a subscriber's socket in bytes (the kernel doubles it for its own

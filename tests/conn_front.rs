@@ -345,6 +345,16 @@ async fn read_until_closed(
 /// Starts a run on `t` and subscribes to it over a raw socket with a 4 KB receive buffer (so
 /// the broker's writes fill it quickly), the request sent, nothing read yet.
 async fn small_window_subscriber(addr: std::net::SocketAddr, base: &str, t: &str) -> TcpStream {
+    small_window_subscriber_with(addr, base, t, "").await
+}
+
+/// [`small_window_subscriber`] with `extra` header lines (each ending in CRLF) in the request.
+async fn small_window_subscriber_with(
+    addr: std::net::SocketAddr,
+    base: &str,
+    t: &str,
+    extra: &str,
+) -> TcpStream {
     sse_client::publish_ok(
         base,
         t,
@@ -354,9 +364,11 @@ async fn small_window_subscriber(addr: std::net::SocketAddr, base: &str, t: &str
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut s = socket.connect(addr).await.unwrap();
-    s.write_all(format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    s.write_all(
+        format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
     s
 }
 
@@ -409,6 +421,62 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // What was in flight is still readable; then the stream ends.
+    read_until_closed(
+        &mut s,
+        Duration::from_secs(10),
+        "the broker closed the connection",
+    )
+    .await;
+}
+
+/// The same rule on hyper's path (a subscribe with two `Last-Event-ID` fields goes there):
+/// once the socket accepted nothing for `sse.write_timeout`, the connection ends, counted as
+/// `agui_disconnects_total{cause="write_timeout"}`.
+#[tokio::test]
+async fn a_stalled_subscriber_served_by_hyper_is_disconnected() {
+    let server = broker::start(|c| {
+        c.queue.max_events = 8;
+        c.queue.max_bytes = 64 << 10;
+        c.sse.write_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let t = broker::thread_id("stalled-hyper");
+    let timeouts = || {
+        sse_client::metric(
+            &base,
+            "agui_disconnects_total",
+            &[("cause", "write_timeout")],
+        )
+    };
+    let before = timeouts().await;
+    let mut s = small_window_subscriber_with(
+        server.addr,
+        &base,
+        &t,
+        "Last-Event-ID: \r\nLast-Event-ID: \r\n",
+    )
+    .await;
+    let mut buf = vec![0u8; 64 << 10];
+    let n = s.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+    assert!(
+        head.contains("transfer-encoding: chunked"),
+        "not hyper's path: {head}"
+    );
+    let pad = "x".repeat(20_000);
+    for seq in 0..200 {
+        let ev = json!({"type":"CUSTOM","name":"stall","value":{"seq":seq,"pad":pad}});
+        assert_eq!(sse_client::publish_one(&base, &t, &ev).await.status(), 200);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while timeouts().await == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not disconnected 10 s after it stopped reading"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     read_until_closed(
         &mut s,
         Duration::from_secs(10),

@@ -31,6 +31,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_io_timeout::TimeoutStream;
 use tokio_util::task::TaskTracker;
 
 /// Most bytes of a first request head the front looks at; a longer head goes to hyper.
@@ -102,7 +103,10 @@ async fn handle(stream: TcpStream, state: AppState, router: Router, watcher: Wat
         Route::Subscribe(req) => serve_subscribe(stream, req, state).await,
         // Boxed: a task is as large as its largest state, and hyper's connection future would
         // otherwise make every idle subscriber's task as large as a publisher's.
-        Route::Hyper => Box::pin(serve_hyper(stream, router, watcher)).await,
+        Route::Hyper => {
+            let write_timeout = state.config.sse.write_timeout;
+            Box::pin(serve_hyper(stream, router, watcher, write_timeout)).await
+        }
         Route::Gone => {}
     }
 }
@@ -299,17 +303,46 @@ async fn write_response(mut stream: TcpStream, resp: Response) {
 }
 
 /// Serves a connection with hyper (HTTP/1 with keep-alive, or HTTP/2) and the router.
-async fn serve_hyper(stream: TcpStream, router: Router, watcher: Watcher) {
+///
+/// A write to the socket that makes no progress for `write_timeout` (`sse.write_timeout`)
+/// fails with `TimedOut` and ends the connection, counted as
+/// `agui_disconnects_total{cause="write_timeout"}`. Why: a subscriber served here (HTTP/2, an
+/// unusual head) that stops reading would otherwise hold its connection and task forever once
+/// the socket buffers are full (its queue is bounded either way); the front applies the same
+/// rule to its own subscribers. Only writes are timed: an idle keep-alive connection or a
+/// producer's slow request body is not a stalled write.
+async fn serve_hyper(stream: TcpStream, router: Router, watcher: Watcher, write_timeout: Duration) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT);
     let service = TowerToHyperService::new(router);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    let mut io = TimeoutStream::new(stream);
+    io.set_write_timeout(Some(write_timeout));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(Box::pin(io)), service);
     if let Err(e) = watcher.watch(conn).await {
+        if write_timed_out(&*e) {
+            metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout").increment(1);
+        }
         tracing::trace!(error = %e, "connection ended with an error");
     }
+}
+
+/// Whether `e` comes from the socket's write timeout: an `io::Error` of kind `TimedOut`
+/// somewhere in its source chain (hyper wraps it; its own header read timeout is not an
+/// `io::Error`, and the connection's reads are not timed).
+fn write_timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 #[cfg(test)]
