@@ -1332,6 +1332,11 @@ async fn redis_new_epoch_deletes_checkpoint() {
     }
 }
 
+/// `PTTL` of `key` in ms (`-1`: no TTL, `-2`: no key).
+async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
 /// `idle_ttl` is a `PEXPIRE` of every key of the thread to `idle_ttl` plus a slack of
 /// `idle_ttl / 16` (at most 60 s), renewed by an append that finds less than `idle_ttl` left.
 #[tokio::test]
@@ -1347,13 +1352,9 @@ async fn redis_idle_ttl_pexpires_every_key() {
     let mut conn = redis_conn(&redis_url()).await;
     append_with(&*log, &thread, &events(0..2), Some(candidate(1))).await;
     for key in [stream_key(&thread), meta_key(&thread), ckpt_key(&thread)] {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let left = pttl(&mut conn, &key).await;
         // 60 s + 60 s / 16 of slack.
-        assert!(pttl > 60_000 && pttl <= 63_750, "{key}: {pttl}");
+        assert!(left > 60_000 && left <= 63_750, "{key}: {left}");
         let _: () = redis::cmd("PEXPIRE")
             .arg(&key)
             .arg(10_000)
@@ -1363,12 +1364,8 @@ async fn redis_idle_ttl_pexpires_every_key() {
     }
     log.append(&thread, &events(2..3)).await.unwrap();
     for key in [stream_key(&thread), meta_key(&thread), ckpt_key(&thread)] {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert!(pttl > 60_000, "{key} not renewed: {pttl}");
+        let left = pttl(&mut conn, &key).await;
+        assert!(left > 60_000, "{key} not renewed: {left}");
     }
     // An append that finds more than `idle_ttl` left leaves the TTLs alone.
     let _: () = redis::cmd("PEXPIRE")
@@ -1378,25 +1375,16 @@ async fn redis_idle_ttl_pexpires_every_key() {
         .await
         .unwrap();
     log.append(&thread, &events(3..4)).await.unwrap();
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(stream_key(&thread))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let left = pttl(&mut conn, &stream_key(&thread)).await;
     assert!(
-        pttl <= 62_000,
-        "renewed with more than idle_ttl left: {pttl}"
+        left <= 62_000,
+        "renewed with more than idle_ttl left: {left}"
     );
     // Without `idle_ttl` the broker leaves TTLs alone.
     let keep_forever = f.log_with(keep(1000), Duration::from_secs(1)).await;
     let other = f.thread();
     keep_forever.append(&other, &events(0..1)).await.unwrap();
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(stream_key(&other))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(pttl, -1);
+    assert_eq!(pttl(&mut conn, &stream_key(&other)).await, -1);
 }
 
 /// Keys lost (a flush, a failover without the data): a new epoch, old ids are another epoch,
@@ -1545,10 +1533,11 @@ async fn redis_direct_producer_entries() {
     assert!(tail.drain_for(Duration::from_millis(300)).await.is_empty());
 }
 
-/// The append's compare on Redis is "no entry after the expected ID": an entry added
-/// directly after it is a conflict (reported with the new last-generated-id); a stream
-/// emptied by trimming, or whose newest entry was `XDEL`eted, still takes an append on the
-/// head it reports.
+/// The append's compare on Redis: an entry added directly after the expected one is a
+/// conflict (reported with the new last-generated-id); a stream emptied by trimming, or whose
+/// newest entry was `XDEL`eted, still takes an append on the head it reports; a stream that
+/// went back to an older state under the same epoch (restored from an earlier `DUMP`) is a
+/// conflict, although no entry follows the expected ID.
 #[tokio::test]
 async fn redis_append_if_after_direct_trimmed_and_deleted_entries() {
     let f = Fixture::new(Backend::Redis);
@@ -1613,6 +1602,29 @@ async fn redis_append_if_after_direct_trimmed_and_deleted_entries() {
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0].id, ids[0]);
     assert_eq!(got[1].id, more[0]);
+
+    let dump: Vec<u8> = redis::cmd("DUMP")
+        .arg(stream_key(&thread))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    log.append(&thread, &events(6..8)).await.unwrap();
+    let ahead = log.head(&thread).await.unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg(stream_key(&thread))
+        .arg(0)
+        .arg(dump)
+        .arg("REPLACE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match log
+        .append_if(&thread, &events(8..9), ahead, AppendExtras::default())
+        .await
+    {
+        Err(LogError::Conflict(now)) => assert_eq!(now.last, more[0].pos),
+        other => panic!("a stream that went back must be a conflict, got {other:?}"),
+    }
 }
 
 fn outage_config(server: &RedisServer) -> RedisLogConfig {

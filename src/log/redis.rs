@@ -259,10 +259,10 @@ end
 /// [12] the append-note channel (empty: no note), [13] the thread id and [14] the events'
 /// AG-UI types separated by spaces (for the note), then one JSON per event.
 /// Returns `{epoch, {entry id…}}`, or `{'conflict', epoch, info}` when the log's epoch or
-/// last-generated-id is not the expected one (nothing appended, nothing changed). No entry
-/// after the expected ID is taken as a match (the only difference from the last-generated-id:
-/// entries after it deleted with `XDEL`, which are then not in the log the batch is checked
-/// against either).
+/// last-generated-id is not the expected one (nothing appended, nothing changed). The newest
+/// entry's ID being the expected one is taken as a match (the only difference from the
+/// last-generated-id: entries after it deleted with `XDEL`, which are then not in the log the
+/// batch is checked against either).
 /// `idle_ttl` ([9]) renews the three keys' TTL only when the stream's is below it (or a key
 /// was just created), to `idle_ttl + min(idle_ttl / 16, 60 s)`: a thread then expires between
 /// `idle_ttl` and that long after its last append, and most appends make one `PTTL` call
@@ -274,16 +274,19 @@ const LUA_APPEND: &str = r#"
 local ep, live, created = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local prev = ARGV[5]
 if ARGV[4] ~= '' then
-  -- No entry after the expected one is the common case, and `XREVRANGE + (<id> COUNT 1`
-  -- then replies an empty array: cheaper than `XINFO STREAM` (which returns the first and
-  -- last entries) or reading the newest entry. Otherwise (another append came first) the
-  -- last-generated-id decides, as it does for a stream that does not exist (free) and for
-  -- the largest ID (no exclusive form).
-  local after = true
-  if ep == ARGV[4] and ARGV[5] ~= '18446744073709551615-18446744073709551615' then
-    after = (not live) or redis.call('XREVRANGE', KEYS[1], '+', '(' .. ARGV[5], 'COUNT', 1)[1] ~= nil
+  -- The newest entry being the expected one is the common case, and `XREVRANGE … COUNT 1` is
+  -- cheaper than `XINFO STREAM` (which also returns the first entry). Otherwise (another
+  -- append came first, the stream is empty after trimming, or it went back to an older
+  -- state: a restore, a replica that lagged) the last-generated-id decides. "Nothing after
+  -- the expected ID" would not do: it also holds for a stream whose newest entry is older.
+  local newest = nil
+  if live and ep == ARGV[4] then
+    local r = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+    if r[1] then
+      newest = r[1][1]
+    end
   end
-  if after then
+  if newest ~= ARGV[5] then
     local info = stream_info(KEYS[1], KEYS[3], live)
     if ep ~= ARGV[4] or info[1] ~= ARGV[5] then
       return {'conflict', ep, info}
@@ -677,8 +680,7 @@ impl EventLog for RedisLog {
     }
 
     /// The append script with the expected epoch and `last-generated-id` checked first, in
-    /// the same atomic step (compare-and-append on the stream's last entry ID: no entry after
-    /// the expected one). A candidate
+    /// the same atomic step (compare-and-append on the stream's last entry ID). A candidate
     /// is handled in that script after the `XADD`s: `HMGET` of the pending checkpoint, its
     /// promotion (`HSET`/`HDEL` on the `ckpt` hash, `XTRIM <log> MINID <pos + 1>`, exact), and
     /// `HSET` of the candidate as pending at the batch's last entry ID.
