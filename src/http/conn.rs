@@ -104,8 +104,16 @@ async fn handle(stream: TcpStream, state: AppState, router: Router, watcher: Wat
         // Boxed: a task is as large as its largest state, and hyper's connection future would
         // otherwise make every idle subscriber's task as large as a publisher's.
         Route::Hyper => {
-            let write_timeout = state.config.sse.write_timeout;
-            Box::pin(serve_hyper(stream, router, watcher, write_timeout)).await
+            let sse = &state.config.sse;
+            let (write_timeout, send_buffer) = (sse.write_timeout, sse.send_buffer);
+            Box::pin(serve_hyper(
+                stream,
+                router,
+                watcher,
+                write_timeout,
+                send_buffer,
+            ))
+            .await
         }
         Route::Gone => {}
     }
@@ -310,8 +318,21 @@ async fn write_response(mut stream: TcpStream, resp: Response) {
 /// unusual head) that stops reading would otherwise hold its connection and task forever once
 /// the socket buffers are full (its queue is bounded either way); the front applies the same
 /// rule to its own subscribers. Only writes are timed: an idle keep-alive connection or a
-/// producer's slow request body is not a stalled write.
-async fn serve_hyper(stream: TcpStream, router: Router, watcher: Watcher, write_timeout: Duration) {
+/// producer's slow request body is not a stalled write. The socket gets the subscribers'
+/// `SO_SNDBUF` (`send_buffer`, 0: the kernel's) as on the front: under the kernel's
+/// autotuning (up to 4 MiB) a socket becomes writable again only once about a third of it has
+/// drained, so a client that reads slowly but steadily would see no write progress for
+/// longer than the timeout and be cut.
+async fn serve_hyper(
+    stream: TcpStream,
+    router: Router,
+    watcher: Watcher,
+    write_timeout: Duration,
+    send_buffer: usize,
+) {
+    if send_buffer > 0 {
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(send_buffer);
+    }
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
