@@ -372,39 +372,65 @@ async fn small_window_subscriber_with(
     s
 }
 
+/// A broker whose connection queues overflow quickly (8 events, 64 KiB) and whose
+/// `sse.write_timeout` is 1 s.
+async fn stalling_broker() -> agui_fanout::app::Server {
+    broker::start(|c| {
+        c.queue.max_events = 8;
+        c.queue.max_bytes = 64 << 10;
+        c.sse.write_timeout = Duration::from_secs(1);
+    })
+    .await
+}
+
+/// `agui_disconnects_total{cause="write_timeout"}`.
+async fn write_timeouts(base: &str) -> f64 {
+    sse_client::metric(
+        base,
+        "agui_disconnects_total",
+        &[("cause", "write_timeout")],
+    )
+    .await
+}
+
+/// Publishes 200 events of 20 KB to `t`: far more than a stalled subscriber's socket buffers
+/// and queue hold.
+async fn publish_stalling_load(base: &str, t: &str) {
+    let pad = "x".repeat(20_000);
+    for seq in 0..200 {
+        let ev = json!({"type":"CUSTOM","name":"stall","value":{"seq":seq,"pad":pad}});
+        assert_eq!(sse_client::publish_one(base, t, &ev).await.status(), 200);
+    }
+}
+
+/// Waits (at most 10 s) until the write-timeout counter is above `before`.
+async fn await_write_timeout(base: &str, before: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while write_timeouts(base).await == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not disconnected 10 s after it stopped reading"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A subscriber that stops reading: its queue is reset (every later event dropped until it
 /// reads, `agui_resets_pending`) and, once its socket accepted nothing for `sse.write_timeout`,
 /// the broker ends the connection (`agui_disconnects_total{cause="write_timeout"}`).
 #[tokio::test]
 async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
-    let server = broker::start(|c| {
-        c.queue.max_events = 8;
-        c.queue.max_bytes = 64 << 10;
-        c.sse.write_timeout = Duration::from_secs(1);
-    })
-    .await;
+    let server = stalling_broker().await;
     let base = broker::base(server.addr);
     let t = broker::thread_id("stalled");
-    let timeouts = || {
-        sse_client::metric(
-            &base,
-            "agui_disconnects_total",
-            &[("cause", "write_timeout")],
-        )
-    };
-    let before = timeouts().await;
+    let before = write_timeouts(&base).await;
     let resets = || sse_client::metric(&base, "agui_resets_total", &[("cause", "overflow")]);
     let resets_before = resets().await;
     let mut s = small_window_subscriber(server.addr, &base, &t).await;
     let mut buf = vec![0u8; 64 << 10];
     let n = s.read(&mut buf).await.unwrap();
     assert!(n > 0);
-    // 200 events of 20 KB: far more than the socket buffers and the queue hold.
-    let pad = "x".repeat(20_000);
-    for seq in 0..200 {
-        let ev = json!({"type":"CUSTOM","name":"stall","value":{"seq":seq,"pad":pad}});
-        assert_eq!(sse_client::publish_one(&base, &t, &ev).await.status(), 200);
-    }
+    publish_stalling_load(&base, &t).await;
     // The counter, not the `agui_resets_pending` gauge: on a loaded machine publishing may
     // take longer than the write timeout, which ends the reset connection (gauge back to 0).
     assert!(
@@ -412,14 +438,7 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
         "the stalled subscriber's queue is reset"
     );
     // The write timeout (1 s) ends the connection.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while timeouts().await == before {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not disconnected 10 s after it stopped reading"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    await_write_timeout(&base, before).await;
     // What was in flight is still readable; then the stream ends.
     read_until_closed(
         &mut s,
@@ -434,22 +453,10 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
 /// `agui_disconnects_total{cause="write_timeout"}`.
 #[tokio::test]
 async fn a_stalled_subscriber_served_by_hyper_is_disconnected() {
-    let server = broker::start(|c| {
-        c.queue.max_events = 8;
-        c.queue.max_bytes = 64 << 10;
-        c.sse.write_timeout = Duration::from_secs(1);
-    })
-    .await;
+    let server = stalling_broker().await;
     let base = broker::base(server.addr);
     let t = broker::thread_id("stalled-hyper");
-    let timeouts = || {
-        sse_client::metric(
-            &base,
-            "agui_disconnects_total",
-            &[("cause", "write_timeout")],
-        )
-    };
-    let before = timeouts().await;
+    let before = write_timeouts(&base).await;
     let mut s = small_window_subscriber_with(
         server.addr,
         &base,
@@ -464,19 +471,8 @@ async fn a_stalled_subscriber_served_by_hyper_is_disconnected() {
         head.contains("transfer-encoding: chunked"),
         "not hyper's path: {head}"
     );
-    let pad = "x".repeat(20_000);
-    for seq in 0..200 {
-        let ev = json!({"type":"CUSTOM","name":"stall","value":{"seq":seq,"pad":pad}});
-        assert_eq!(sse_client::publish_one(&base, &t, &ev).await.status(), 200);
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while timeouts().await == before {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not disconnected 10 s after it stopped reading"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    publish_stalling_load(&base, &t).await;
+    await_write_timeout(&base, before).await;
     read_until_closed(
         &mut s,
         Duration::from_secs(10),
