@@ -74,7 +74,8 @@ pub struct SseConfig {
     /// bookkeeping; nginx's `sndbuf`); `0` keeps the kernel's autotuning, which lets a client
     /// that stopped reading take up to `net.ipv4.tcp_wmem`'s maximum (4 MiB by default) of
     /// kernel memory, all of it copied by the node's one writer. Applies to HTTP/1 streams
-    /// written by the connection front.
+    /// written by the connection front and to every connection served by hyper (whose write
+    /// timeout would otherwise cut a slow but steady reader of a 4 MiB buffer).
     pub send_buffer: usize,
 }
 
