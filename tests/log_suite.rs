@@ -1385,6 +1385,22 @@ async fn redis_idle_ttl_pexpires_every_key() {
     let other = f.thread();
     keep_forever.append(&other, &events(0..1)).await.unwrap();
     assert_eq!(pttl(&mut conn, &stream_key(&other)).await, -1);
+
+    // A read of a thread nobody writes creates its epoch (meta hash) with the same TTL, so
+    // such reads leave nothing behind for good; without `idle_ttl`, no TTL.
+    let unread = f.thread();
+    log.head(&unread).await.unwrap();
+    let left = pttl(&mut conn, &meta_key(&unread)).await;
+    assert!(
+        left > 60_000 && left <= 63_750,
+        "meta of a read thread: {left}"
+    );
+    let unread = f.thread();
+    log.read(&unread, ReadFrom::Start, 10).await.unwrap();
+    assert!(pttl(&mut conn, &meta_key(&unread)).await > 60_000);
+    let forever = f.thread();
+    keep_forever.head(&forever).await.unwrap();
+    assert_eq!(pttl(&mut conn, &meta_key(&forever)).await, -1);
 }
 
 /// Keys lost (a flush, a failover without the data): a new epoch, old ids are another epoch,

@@ -160,15 +160,22 @@ struct Scripts {
     checkpoint: Script,
 }
 
-/// Helpers shared by every script. `ensure_epoch` returns the thread's epoch, creating it (from
-/// `fresh`) when it is missing or malformed, or when the stream vanished after it existed under
-/// the current epoch (a new epoch deletes the checkpoint hash), then whether the stream exists
-/// and whether a new epoch was created; `stream_info` returns
+/// Helpers shared by every script. `renewed_ttl` is the TTL the thread's keys get for an
+/// `idle_ttl` of `ttl` ms: `idle_ttl + min(idle_ttl / 16, 60 s)`. `ensure_epoch` returns the
+/// thread's epoch, creating it (from `fresh`) when it is missing or malformed, or when the
+/// stream vanished after it existed under the current epoch (a new epoch deletes the
+/// checkpoint hash; a created meta hash gets the TTL for `ttl`, `'0'`: none, so that reads of
+/// threads nobody writes leave nothing behind for good), then whether the stream exists and
+/// whether a new epoch was created; `stream_info` returns
 /// `XINFO STREAM`'s `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`,
 /// `length` and `entries-added`, then the checkpoint's `pos` and `ord` (`0-0` and `-1` without
 /// one; see [`max_deleted`]).
 const LUA_PRELUDE: &str = r#"
-local function ensure_epoch(stream, meta, ckpt, fresh)
+local function renewed_ttl(ttl)
+  local t = tonumber(ttl)
+  return t + math.min(math.floor(t / 16), 60000)
+end
+local function ensure_epoch(stream, meta, ckpt, fresh, ttl)
   local m = redis.call('HMGET', meta, 'epoch', 'seen')
   local ep, seen = m[1], m[2]
   local live = redis.call('EXISTS', stream) == 1
@@ -179,6 +186,9 @@ local function ensure_epoch(stream, meta, ckpt, fresh)
     -- A new epoch starts a new log: nothing of the old meta hash (producer marks) carries over.
     redis.call('DEL', meta)
     redis.call('HSET', meta, 'epoch', ep)
+    if ttl ~= '0' then
+      redis.call('PEXPIRE', meta, renewed_ttl(ttl))
+    end
     redis.call('DEL', ckpt)
     seen = false
   end
@@ -271,7 +281,7 @@ end
 /// `last-generated-id` before the batch: [5] when conditional (just compared), else from
 /// `XINFO STREAM` (`0-0` for a stream that did not exist).
 const LUA_APPEND: &str = r#"
-local ep, live, created = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local ep, live, created = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
 local prev = ARGV[5]
 if ARGV[4] ~= '' then
   -- The newest entry being the expected one is the common case, and `XREVRANGE … COUNT 1` is
@@ -353,7 +363,7 @@ if ARGV[9] ~= '0' then
   local ttl = tonumber(ARGV[9])
   -- `candidate` may have created the checkpoint hash, `created` the meta hash: no TTL yet.
   if created or candidate or redis.call('PTTL', KEYS[1]) < ttl then
-    local renewed = ttl + math.min(math.floor(ttl / 16), 60000)
+    local renewed = renewed_ttl(ARGV[9])
     for i = 1, 3 do
       redis.call('PEXPIRE', KEYS[i], renewed)
     end
@@ -375,10 +385,11 @@ end
 return {ep, ids}
 "#;
 
-/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, XRANGE start (`-` or `(<id>`), count.
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, XRANGE start (`-` or `(<id>`), count,
+/// `idle_ttl` in ms (`0`: none; the last argument of every read script).
 /// Returns `{epoch, info, {{id, {field, value…}}…}}` (`info`: see `stream_info`).
 const LUA_READ: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 local info = stream_info(KEYS[1], KEYS[3], live)
 local entries = {}
 local n = tonumber(ARGV[3])
@@ -388,24 +399,24 @@ end
 return {ep, info, entries}
 "#;
 
-/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, producer id. Returns the producer's last
-/// event number in the current epoch (`false` when none).
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, producer id, `idle_ttl` in ms. Returns the
+/// producer's last event number in the current epoch (`false` when none).
 const LUA_PRODUCER: &str = r#"
-ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 return redis.call('HGET', KEYS[2], 'p:' .. ARGV[2])
 "#;
 
-/// KEYS: stream, meta, ckpt. ARGV: fresh epoch. Returns `{epoch, info}`.
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, `idle_ttl` in ms. Returns `{epoch, info}`.
 const LUA_HEAD: &str = r#"
-local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 return {ep, stream_info(KEYS[1], KEYS[3], live)}
 "#;
 
-/// KEYS: stream, meta, ckpt. ARGV: fresh epoch. Returns `{epoch, {pos, events}}` of the
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, `idle_ttl` in ms. Returns `{epoch, {pos, events}}` of the
 /// promoted checkpoint (both nil without one), after the epoch check (which deletes the
 /// checkpoints of an epoch that ended).
 const LUA_CHECKPOINT: &str = r#"
-local ep = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+local ep = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 return {ep, redis.call('HMGET', KEYS[3], 'pos', 'events')}
 "#;
 
@@ -563,8 +574,8 @@ impl RedisLog {
         .await
     }
 
-    /// Runs a read script (KEYS: stream, meta, ckpt; ARGV: a fresh epoch, then `arg` if any),
-    /// retried once on a dropped connection.
+    /// Runs a read script (KEYS: stream, meta, ckpt; ARGV: a fresh epoch, then `arg` if any,
+    /// then `idle_ttl` in ms), retried once on a dropped connection.
     async fn read_script(
         &self,
         script: &Script,
@@ -573,6 +584,7 @@ impl RedisLog {
     ) -> Result<Value, LogError> {
         let keys = self.keys(thread);
         let fresh = Epoch::random().to_string();
+        let idle_ttl = self.inner.config.retention.idle_ttl_ms();
         retry_dropped(|| {
             let mut conn = self.inner.conn.clone();
             let mut invocation = script.key(&keys.stream);
@@ -580,6 +592,7 @@ impl RedisLog {
             if let Some(a) = arg {
                 invocation.arg(a);
             }
+            invocation.arg(idle_ttl);
             async move { invocation.invoke_async(&mut conn).await }
         })
         .await
@@ -642,7 +655,8 @@ impl RedisLog {
                 .arg(&fresh)
                 .arg(&start)
                 // Lua numbers are doubles: keep the count exact.
-                .arg(count.min(1 << 40));
+                .arg(count.min(1 << 40))
+                .arg(self.inner.config.retention.idle_ttl_ms());
             async move { invocation.invoke_async(&mut conn).await }
         })
         .await
@@ -1394,7 +1408,8 @@ impl TailReader {
                 .arg(keys.ckpt)
                 .arg(Epoch::random().to_string())
                 .arg(start)
-                .arg(n);
+                .arg(n)
+                .arg(config.retention.idle_ttl_ms());
         }
         let op_timeout = config.op_timeout;
         let Some(replies) = self.query(&pipe, op_timeout).await? else {
@@ -1676,7 +1691,8 @@ impl TailReader {
                 .arg(keys.stream)
                 .arg(keys.meta)
                 .arg(keys.ckpt)
-                .arg(Epoch::random().to_string());
+                .arg(Epoch::random().to_string())
+                .arg(self.log.config.retention.idle_ttl_ms());
         }
         let op_timeout = self.log.config.op_timeout;
         let Some(replies) = self.query(&pipe, op_timeout).await? else {
