@@ -224,12 +224,7 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
         return;
     }
     drop(head);
-    let send_buffer = state.config.sse.send_buffer;
-    if send_buffer > 0 {
-        // Bounds what a client that stops reading costs in kernel memory and copying (see
-        // `SseConfig::send_buffer`); the queue's own bounds and reset take over from there.
-        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(send_buffer);
-    }
+    set_send_buffer(&stream, state.config.sse.send_buffer);
     // Boxed, for the same reason: opening (the hub, the log) is done before the stream is
     // written, and its future must not stay part of the task for the stream's lifetime.
     let opened = Box::pin(subscribe::open(
@@ -330,9 +325,7 @@ async fn serve_hyper(
     write_timeout: Duration,
     send_buffer: usize,
 ) {
-    if send_buffer > 0 {
-        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(send_buffer);
-    }
+    set_send_buffer(&stream, send_buffer);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -347,6 +340,15 @@ async fn serve_hyper(
             metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout").increment(1);
         }
         tracing::trace!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Sets `SO_SNDBUF` to `size` bytes (`0`: leaves the kernel's autotuning). Bounds what a
+/// client that stops reading costs in kernel memory and copying (see
+/// `SseConfig::send_buffer`); the queue's own bounds and reset take over from there.
+fn set_send_buffer(stream: &TcpStream, size: usize) {
+    if size > 0 {
+        let _ = socket2::SockRef::from(stream).set_send_buffer_size(size);
     }
 }
 

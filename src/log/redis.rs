@@ -165,8 +165,8 @@ struct Scripts {
 /// thread's epoch, creating it (from `fresh`) when it is missing or malformed, or when the
 /// stream vanished after it existed under the current epoch (a new epoch deletes the
 /// checkpoint hash; a created meta hash gets the TTL for `ttl`, `'0'`: none, so that reads of
-/// threads nobody writes leave nothing behind for good), then whether the stream exists and
-/// whether a new epoch was created; `stream_info` returns
+/// threads nobody writes leave nothing behind for good), then whether the stream exists;
+/// `stream_info` returns
 /// `XINFO STREAM`'s `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`,
 /// `length` and `entries-added`, then the checkpoint's `pos` and `ord` (`0-0` and `-1` without
 /// one; see [`max_deleted`]).
@@ -179,10 +179,8 @@ local function ensure_epoch(stream, meta, ckpt, fresh, ttl)
   local m = redis.call('HMGET', meta, 'epoch', 'seen')
   local ep, seen = m[1], m[2]
   local live = redis.call('EXISTS', stream) == 1
-  local created = false
   if (not ep) or string.len(ep) ~= 8 or string.find(ep, '[^0-9a-f]') or (seen and not live) then
     ep = fresh
-    created = true
     -- A new epoch starts a new log: nothing of the old meta hash (producer marks) carries over.
     redis.call('DEL', meta)
     redis.call('HSET', meta, 'epoch', ep)
@@ -195,7 +193,7 @@ local function ensure_epoch(stream, meta, ckpt, fresh, ttl)
   if live and not seen then
     redis.call('HSET', meta, 'seen', '1')
   end
-  return ep, live, created
+  return ep, live
 end
 local function stream_info(stream, ckpt, live)
   if not live then
@@ -273,15 +271,16 @@ end
 /// entry's ID being the expected one is taken as a match (the only difference from the
 /// last-generated-id: entries after it deleted with `XDEL`, which are then not in the log the
 /// batch is checked against either).
-/// `idle_ttl` ([9]) renews the three keys' TTL only when the stream's is below it (or a key
-/// was just created), to `idle_ttl + min(idle_ttl / 16, 60 s)`: a thread then expires between
-/// `idle_ttl` and that long after its last append, and most appends make one `PTTL` call
-/// instead of three `PEXPIRE`s.
+/// `idle_ttl` ([9]) renews the three keys' TTL only when the stream's is below it (or the
+/// checkpoint hash may just have been created), to `idle_ttl + min(idle_ttl / 16, 60 s)`: a
+/// thread then expires between `idle_ttl` and that long after its last append, and most
+/// appends make one `PTTL` call instead of three `PEXPIRE`s. A new stream has no TTL (below
+/// `idle_ttl`); a new meta hash got its TTL in `ensure_epoch`.
 /// After the `XADD`s, `PUBLISH`es the batch on [12] (format: `notify.rs`), with the stream's
 /// `last-generated-id` before the batch: [5] when conditional (just compared), else from
 /// `XINFO STREAM` (`0-0` for a stream that did not exist).
 const LUA_APPEND: &str = r#"
-local ep, live, created = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
+local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
 local prev = ARGV[5]
 if ARGV[4] ~= '' then
   -- The newest entry being the expected one is the common case, and `XREVRANGE … COUNT 1` is
@@ -360,9 +359,8 @@ if ARGV[10] ~= '' then
   redis.call('HSET', KEYS[2], 'p:' .. ARGV[10], ARGV[11])
 end
 if ARGV[9] ~= '0' then
-  local ttl = tonumber(ARGV[9])
-  -- `candidate` may have created the checkpoint hash, `created` the meta hash: no TTL yet.
-  if created or candidate or redis.call('PTTL', KEYS[1]) < ttl then
+  -- `candidate` may have created the checkpoint hash: no TTL yet.
+  if candidate or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[9]) then
     local renewed = renewed_ttl(ARGV[9])
     for i = 1, 3 do
       redis.call('PEXPIRE', KEYS[i], renewed)
@@ -412,9 +410,9 @@ local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 return {ep, stream_info(KEYS[1], KEYS[3], live)}
 "#;
 
-/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, `idle_ttl` in ms. Returns `{epoch, {pos, events}}` of the
-/// promoted checkpoint (both nil without one), after the epoch check (which deletes the
-/// checkpoints of an epoch that ended).
+/// KEYS: stream, meta, ckpt. ARGV: fresh epoch, `idle_ttl` in ms. Returns
+/// `{epoch, {pos, events}}` of the promoted checkpoint (both nil without one), after the epoch
+/// check (which deletes the checkpoints of an epoch that ended).
 const LUA_CHECKPOINT: &str = r#"
 local ep = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 return {ep, redis.call('HMGET', KEYS[3], 'pos', 'events')}
@@ -679,8 +677,9 @@ impl EventLog for RedisLog {
     /// `max_events`, or `4 * max_events` once the thread has checkpoints) in the same script,
     /// so the batch is wholly in the log or not at all; then `max_age` (may promote the pending
     /// checkpoint, `TIME`, `XTRIM … MINID`) and `idle_ttl` (`PEXPIRE` of the thread's three
-    /// keys, in ms, when less than `idle_ttl` is left: see the script). An `Unavailable` that comes from a timeout cannot tell whether the script
-    /// ran; the producer's retry is deduplicated upstream (`X-Producer-Seq`).
+    /// keys, in ms, when less than `idle_ttl` is left: see the script). An `Unavailable` that
+    /// comes from a timeout cannot tell whether the script ran; the producer's retry is
+    /// deduplicated upstream (`X-Producer-Seq`).
     async fn append(
         &self,
         thread: &ThreadId,
