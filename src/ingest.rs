@@ -271,7 +271,13 @@ impl Ingest {
                         && let Some(mut fold) = fold
                     {
                         match catch_up(&*self.shared.log, thread, &mut fold, head).await {
-                            Ok(head) => {
+                            Ok(mut head) => {
+                                // The read skips entries it cannot validate (a producer's
+                                // direct `XADD`), so it may stop short of `now`; they were in
+                                // the log it read, so the next append follows them.
+                                if head.epoch == now.epoch && head.last < now.last {
+                                    head.last = now.last;
+                                }
                                 c.at = Some((head, Some(fold)));
                                 caught_up = true;
                             }

@@ -18,7 +18,9 @@
 //! - two producers streaming to two open messages of one run, on two nodes: all accepted, and the
 //!   log reads back as a valid stream (the real client) with each producer's deltas in order;
 //! - one producer whose POSTs alternate between two nodes (a load balancer): every event is
-//!   valid at the log's latest position, so every one is accepted.
+//!   valid at the log's latest position, so every one is accepted;
+//! - an entry the broker cannot validate `XADD`ed directly at the end of the stream: later
+//!   publishes follow it and are accepted.
 //!
 //! Needs `node` with `npm ci --prefix tests/node` (the client), and the test Redis.
 
@@ -700,4 +702,47 @@ async fn two_nodes_producer_alternating_between_nodes_is_accepted() {
         refused.len(),
         refused.join("\n")
     );
+}
+
+/// A producer may `XADD` to a thread's stream directly (SPEC §2); an entry the broker cannot
+/// validate is skipped, never delivered. One such entry at the end of the stream must not stop
+/// the broker's own publishes: they follow it (compare-and-append against the stream's newest
+/// entry), the log reads back as the valid events, and the thread's fold is unchanged. Fails
+/// when catching up stops at the last *valid* entry (every retry conflicts: 503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_follow_an_invalid_entry_xadded_at_the_end() {
+    let server = broker::start_redis().await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("order-invalid-tail");
+    let mut conn = redis::Client::open(broker::redis_url())
+        .expect("redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let run = json!({"type": "RUN_STARTED", "threadId": thread, "runId": "r1"});
+    let r = publish_one(&base, &thread, &run).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let mut accepted = vec![run];
+    // Not JSON, then no `e` field: both skipped by every read.
+    for (field, value) in [("e", "not json"), ("x", "{}")] {
+        let _: String = redis::cmd("XADD")
+            .arg(format!("agui:{{{thread}}}:log"))
+            .arg("*")
+            .arg(field)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .expect("XADD");
+        let i = accepted.len();
+        let e = json!({"type": "STATE_SNAPSHOT", "snapshot": {"i": i}});
+        let r = publish_one(&base, &thread, &e).await;
+        assert_eq!(
+            r.status, 200,
+            "publish after invalid entry {field}: {:?}",
+            r.body
+        );
+        accepted.push(e);
+    }
+    assert_eq!(log_events(&base, &thread).await, accepted);
+    assert_eq!(snapshot(&base, &thread).await["state"], json!({"i": 2}));
 }
