@@ -10,7 +10,8 @@
 //! applicability), and appends with [`EventLog::append_if`] on that position. If another
 //! node appended in between, the append is refused (nothing written), the fold catches up and
 //! the batch is checked again. Every `retention.max_events` appended events it hands the log a
-//! checkpoint candidate: the prelude of the fold after the batch (SPEC §6).
+//! checkpoint candidate: the prelude of the fold after the batch (SPEC §6). With order
+//! validation off, batches are folded without being checked, for those candidates.
 
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
@@ -72,7 +73,10 @@ enum Checked {
     Built(Box<ThreadFold>),
     /// Checked alone; the cached fold folds it in place once appended.
     InPlace,
-    /// Not checked (order validation off, or the fold cannot be rebuilt).
+    /// Not checked (order validation off): the cached fold folds it in place once appended,
+    /// as a reader of the log would ([`ThreadFold::apply_unchecked`]).
+    Lenient,
+    /// Not checked, and no fold to keep (it cannot be rebuilt, or nothing needs it).
     Unchecked,
 }
 
@@ -117,8 +121,9 @@ struct Cached {
 
 impl Ingest {
     /// A pipeline over `log`. With `strict_order` false, batches are appended without order
-    /// checks (schema validation still applies). `checkpoint_every`: events between
-    /// checkpoint candidates (`retention.max_events`; `0`: no checkpoints).
+    /// checks (schema validation still applies), still folded for checkpoint candidates
+    /// unless `checkpoint_every` is `0`. `checkpoint_every`: events between checkpoint
+    /// candidates (`retention.max_events`; `0`: no checkpoints).
     pub fn new(log: Arc<dyn EventLog>, strict_order: bool, checkpoint_every: usize) -> Self {
         Ingest {
             shared: Arc::new(Shared {
@@ -153,7 +158,11 @@ impl Ingest {
         if max_batch > 0 && events.len() > max_batch {
             return Err(IngestError::BatchTooLarge(max_batch));
         }
-        if !self.shared.strict_order && producer.is_none() {
+        // Without order checks the fold is still kept when the log is trimmed, for the
+        // checkpoint candidates a trimmed thread's preludes and snapshots are built from
+        // (SPEC §6); without trimming (`max_events = 0`) the log alone rebuilds it.
+        let keep_fold = self.shared.strict_order || self.shared.checkpoint_every > 0;
+        if !keep_fold && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
             return Ok(Appended { ids, duplicates: 0 });
         }
@@ -167,7 +176,7 @@ impl Ingest {
             let fresh = c.at.is_none() || std::mem::take(&mut caught_up);
             let (head, fold) = match c.at.take() {
                 Some(at) => at,
-                None if self.shared.strict_order => load_fold(&*self.shared.log, thread).await?,
+                None if keep_fold => load_fold(&*self.shared.log, thread).await?,
                 None => (self.shared.log.head(thread).await?, None),
             };
             // Events this producer already appended (numbers up to its mark) are skipped.
@@ -214,12 +223,18 @@ impl Ingest {
                         return Err(rejection.into());
                     }
                 },
+                (Some(f), false) if due => {
+                    let mut next = f.clone();
+                    next.apply_unchecked(values_left);
+                    Checked::Built(Box::new(next))
+                }
+                (Some(_), false) => Checked::Lenient,
                 (None, true) => {
                     // Trimmed without a checkpoint: the order cannot be checked.
                     tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
                     Checked::Unchecked
                 }
-                (_, false) => Checked::Unchecked,
+                (None, false) => Checked::Unchecked,
             };
             let extras = AppendExtras {
                 // `Built` only when `candidate_due`: the count starts again with this batch.
@@ -254,6 +269,10 @@ impl Ingest {
                         Checked::Built(next) => Some(*next),
                         Checked::InPlace => fold.map(|mut f| {
                             f.apply_checked(events_left.iter().map(|e| &*e.parsed));
+                            f
+                        }),
+                        Checked::Lenient => fold.map(|mut f| {
+                            f.apply_unchecked(events_left.iter().map(|e| &*e.parsed));
                             f
                         }),
                         Checked::Unchecked => None,

@@ -541,8 +541,8 @@ impl<'c, 'd> Gen<'c, 'd> {
 enum Variant {
     /// `strict_order = true`; small retention with checkpoints.
     Strict,
-    /// `strict_order = false` with failing deltas; no trimming (without checkpoints a trimmed
-    /// thread's fold cannot be rebuilt, which the README documents).
+    /// `strict_order = false` with failing deltas (appended, skipped by every fold); small
+    /// retention with checkpoints (the publish path keeps the fold without checking it).
     NonStrict,
     /// `strict_order = true`; failing deltas appended to the log directly (a producer writing
     /// to the stream itself) once the thread has a checkpoint candidate; small retention.
@@ -635,11 +635,7 @@ fn case() -> impl Strategy<Value = Case> {
                 variant,
                 max_events,
                 max_bytes,
-                retention: if variant == Variant::NonStrict {
-                    0
-                } else {
-                    retention
-                },
+                retention,
                 n_events,
                 script,
                 subs,

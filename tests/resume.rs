@@ -7,6 +7,8 @@
 //!   new process and receives exactly the rest;
 //! - (d) unresumable ids (other epoch, ahead, malformed, trimmed) open a 200 stream that begins
 //!   with an explaining comment, then carries live events; each case is counted in `/metrics`;
+//! - (d') with `strict_order = false`, a thread trimmed past its first event still has its
+//!   snapshot and preludes (checkpoints are kept without order checks);
 //! - (e) graceful drain of an in-process broker: open streams end by themselves with a `retry:`
 //!   frame, the server task finishes, and an acknowledged publish is in the log afterwards.
 //!
@@ -448,6 +450,89 @@ async fn redis_unresumable_ids_open_with_comment_then_live() {
         .await,
     )
     .await;
+}
+
+/// `strict_order = false` (no order checks at publish) still keeps the thread's checkpoints
+/// (SPEC §6): on Redis with `retention.max_events = 10`, a run trimmed far past its first event
+/// still has a snapshot equal to the untrimmed run's (a memory broker without retention), and a
+/// new subscriber still begins with a prelude. Fails when the non-strict path appends without
+/// checkpoint candidates (snapshot 503, live events without a prelude).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_non_strict_trimmed_thread_keeps_its_fold() {
+    let trimmed = broker::start(|c| {
+        c.redis_url = broker::redis_url();
+        c.retention.max_events = 10;
+        c.strict_order = false;
+    })
+    .await;
+    let full = broker::start(|c| c.retention.max_events = 0).await;
+    let (trimmed_base, full_base) = (broker::base(trimmed.addr), broker::base(full.addr));
+    let thread = broker::thread_id("non-strict-trim");
+    let events = long_run(&thread, "run-1", BEFORE);
+    let mut first = None;
+    for chunk in events.chunks(10) {
+        let (a, _) = sse_client::publish_ok(&trimmed_base, &thread, chunk).await;
+        first.get_or_insert(a);
+        sse_client::publish_ok(&full_base, &thread, chunk).await;
+    }
+
+    // Trimmed: the first event is gone (a resume from it is not exact).
+    let mut raw = sse_client::open_raw(&trimmed_base, &thread, "", first.as_deref()).await;
+    raw.next_frame(WAIT).await.expect("retry frame");
+    let comment = raw.next_frame(WAIT).await.expect("a comment");
+    assert!(
+        comment.comments.iter().any(|c| c.contains("trimmed")),
+        "{:?}",
+        comment.text
+    );
+    drop(raw);
+
+    let snapshot = |base: String| {
+        let thread = thread.clone();
+        async move {
+            let r = reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
+                .await
+                .expect("snapshot request");
+            let status = r.status();
+            let body: Value = r.json().await.expect("snapshot JSON");
+            assert_eq!(status, 200, "{body}");
+            body
+        }
+    };
+    let (got, want) = (
+        snapshot(trimmed_base.clone()).await,
+        snapshot(full_base).await,
+    );
+    assert_eq!(got["messages"], want["messages"]);
+    assert_eq!(got["state"], want["state"]);
+    assert_eq!(got["run"], want["run"]);
+
+    // A new subscriber gets the prelude: the marked run start, the messages (a clearing
+    // snapshot, then every message), the run's end.
+    let mut raw = sse_client::open_raw(&trimmed_base, &thread, "", None).await;
+    let mut prelude = Vec::new();
+    while prelude.len() < 4 {
+        let f = raw.next_event(WAIT).await.expect("a prelude event");
+        prelude.push(serde_json::from_str::<Value>(f.data.as_deref().unwrap()).unwrap());
+    }
+    let types: Vec<&str> = prelude
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "MESSAGES_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_eq!(prelude[0]["metadata"]["agui-fanout"]["prelude"], true);
+    assert_eq!(prelude[2]["messages"], want["messages"]);
+    drop(raw);
+    trimmed.stop().await;
+    full.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -172,6 +172,15 @@ impl ThreadFold {
         }
     }
 
+    /// Folds a batch appended without order checks (`strict_order = false`) exactly as a
+    /// reader of the log folds it ([`Self::apply_logged`]): events that break the order rules
+    /// are skipped and counted, a `STATE_DELTA` that does not apply leaves the state as it was.
+    pub fn apply_unchecked<'a>(&mut self, events: impl IntoIterator<Item = &'a Value>) {
+        for event in events {
+            let _ = self.apply_logged(event);
+        }
+    }
+
     /// Checks a batch against this fold (order rules, then `STATE_DELTA` applicability) and
     /// returns the fold after it. `self` is not changed.
     ///

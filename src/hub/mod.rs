@@ -630,11 +630,17 @@ impl BridgeSource for Bridges {
 
 fn snapshot_json(fold: &ThreadFold, epoch: crate::log::Epoch, pos: StreamPos) -> Value {
     let last = (pos != StreamPos::ZERO).then(|| EventId { epoch, pos }.to_string());
+    let mut run = fold.fold().run().map(|r| r.to_json());
+    // A fold rebuilt from a checkpoint (a prelude, SPEC §6) holds the prelude's marked
+    // `RUN_STARTED`: the snapshot gives the producer's event, as for an untrimmed thread.
+    if let Some(started) = run.as_mut().and_then(|r| r.get_mut("started")) {
+        prelude::unmark_prelude(started);
+    }
     serde_json::json!({
         "lastEventId": last,
         "state": fold.fold().state(),
         "messages": fold.fold().messages(),
-        "run": fold.fold().run().map(|r| r.to_json()),
+        "run": run,
     })
 }
 
