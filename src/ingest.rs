@@ -114,7 +114,8 @@ struct Shared {
 struct Cached {
     /// `None` until loaded; `Some((head, None))` when the fold cannot be rebuilt.
     at: Option<(LogHead, Option<ThreadFold>)>,
-    /// Events appended by this node since its last checkpoint candidate.
+    /// Events in the log since this node's last checkpoint candidate: its own appends and
+    /// what it folded while catching up with other nodes'.
     since_candidate: usize,
     used: Instant,
 }
@@ -211,7 +212,10 @@ impl Ingest {
                     Err(_) if !fresh => {
                         let (mut f, head) = (f.clone(), head);
                         c.at = match catch_up(&*self.shared.log, thread, &mut f, head).await {
-                            Ok(head) => Some((head, Some(f))),
+                            Ok((head, folded)) => {
+                                c.since_candidate += folded;
+                                Some((head, Some(f)))
+                            }
                             Err(LogError::Gap(_)) => None,
                             Err(e) => return Err(e.into()),
                         };
@@ -236,18 +240,16 @@ impl Ingest {
                 }
                 (None, false) => Checked::Unchecked,
             };
+            // `Built` only when `candidate_due`.
+            let with_candidate = matches!(checked, Checked::Built(_));
             let extras = AppendExtras {
-                // `Built` only when `candidate_due`: the count starts again with this batch.
                 candidate: match &checked {
-                    Checked::Built(next) => {
-                        c.since_candidate = 0;
-                        candidate(next)
-                    }
-                    _ => {
-                        c.since_candidate += events_left.len();
-                        None
-                    }
+                    Checked::Built(next) => candidate(next),
+                    _ => None,
                 },
+                // Every node sends candidates at its own count: the log drops one that comes
+                // within `max_events` entries of the pending checkpoint (see `AppendExtras`).
+                candidate_min_gap: self.shared.checkpoint_every as u64,
                 producer: producer.map(|p| ProducerMark {
                     id: p.id.clone(),
                     last_seq: p.seq + events.len() as u64 - 1,
@@ -260,6 +262,13 @@ impl Ingest {
                 .await
             {
                 Ok(ids) => {
+                    // Counted once appended: a candidate whose append conflicted is built
+                    // again for the retry.
+                    if with_candidate {
+                        c.since_candidate = 0;
+                    } else {
+                        c.since_candidate += events_left.len();
+                    }
                     let last = ids.last().copied().map_or(head, |id| LogHead {
                         epoch: id.epoch,
                         last: id.pos,
@@ -290,7 +299,8 @@ impl Ingest {
                         && let Some(mut fold) = fold
                     {
                         match catch_up(&*self.shared.log, thread, &mut fold, head).await {
-                            Ok(mut head) => {
+                            Ok((mut head, folded)) => {
+                                c.since_candidate += folded;
                                 // The read skips entries it cannot validate (a producer's
                                 // direct `XADD`), so it may stop short of `now`; they were in
                                 // the log it read, so the next append follows them.

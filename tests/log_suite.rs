@@ -271,6 +271,7 @@ both_backends! {
     producer_marks_are_stored_with_the_append: memory_producer_marks_are_stored_with_the_append, redis_producer_marks_are_stored_with_the_append;
     checkpoint_pending_then_promoted: memory_checkpoint_pending_then_promoted, redis_checkpoint_pending_then_promoted;
     checkpoint_rebuilds_fold_under_steady_publishing: memory_checkpoint_rebuilds_fold_under_steady_publishing, redis_checkpoint_rebuilds_fold_under_steady_publishing;
+    candidate_within_min_gap_is_dropped: memory_candidate_within_min_gap_is_dropped, redis_candidate_within_min_gap_is_dropped;
     checkpoint_safety_cap_without_candidates: memory_checkpoint_safety_cap_without_candidates, redis_checkpoint_safety_cap_without_candidates;
     max_age_trims_only_to_checkpoint: memory_max_age_trims_only_to_checkpoint, redis_max_age_trims_only_to_checkpoint;
     max_age_without_checkpoint_trims_nothing: memory_max_age_without_checkpoint_trims_nothing, redis_max_age_without_checkpoint_trims_nothing;
@@ -286,6 +287,7 @@ async fn producer_marks_are_stored_with_the_append(f: Fixture) {
     let head = log.head(&thread).await.unwrap();
     let mark = |id: &str, last_seq| AppendExtras {
         candidate: None,
+        candidate_min_gap: 0,
         producer: Some(ProducerMark {
             id: id.into(),
             last_seq,
@@ -495,6 +497,53 @@ async fn checkpoint_pending_then_promoted(f: Fixture) {
     assert_eq!(checkpoint.pos, ids[24].pos);
     assert_eq!(upto_of(&checkpoint), 24);
     assert_trimmed_to(&*log, &thread, &ids, &evs, 25).await;
+}
+
+/// A candidate fewer than `candidate_min_gap` entries after the pending checkpoint is dropped:
+/// nothing stored, nothing promoted, nothing trimmed (several nodes send candidates about
+/// together). One at the gap or beyond promotes the pending checkpoint as usual.
+async fn candidate_within_min_gap_is_dropped(f: Fixture) {
+    let log = f.log_with(keep(1000), Duration::from_secs(1)).await;
+    let thread = f.thread();
+    let evs = events(0..40);
+    let with_gap = |upto: usize| AppendExtras {
+        candidate: Some(candidate(upto)),
+        candidate_min_gap: 10,
+        producer: None,
+    };
+    let mut ids = log.append(&thread, &evs[..10]).await.unwrap();
+    // No pending checkpoint yet: stored whatever the gap.
+    let head = log.head(&thread).await.unwrap();
+    ids.extend(
+        log.append_if(&thread, &evs[10..12], head, with_gap(11))
+            .await
+            .unwrap(),
+    );
+    // 9 entries after the pending one (at 11): dropped.
+    let head = log.head(&thread).await.unwrap();
+    ids.extend(
+        log.append_if(&thread, &evs[12..21], head, with_gap(20))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(log.checkpoint(&thread).await.unwrap(), None);
+    let head = log.head(&thread).await.unwrap();
+    assert!(head.complete_from_start(), "nothing trimmed");
+    // 10 entries after it: promotes the pending one (11), becomes pending itself (at 21).
+    ids.extend(
+        log.append_if(&thread, &evs[21..22], head, with_gap(21))
+            .await
+            .unwrap(),
+    );
+    let checkpoint = log.checkpoint(&thread).await.unwrap().expect("promoted");
+    assert_eq!(checkpoint.pos, ids[11].pos);
+    assert_eq!(upto_of(&checkpoint), 11);
+    assert_trimmed_to(&*log, &thread, &ids, &evs[..22], 12).await;
+    // The dropped candidate (20) never became the pending one: 21 did.
+    ids.extend(append_with(&*log, &thread, &evs[22..40], Some(candidate(39))).await);
+    let checkpoint = log.checkpoint(&thread).await.unwrap().unwrap();
+    assert_eq!(upto_of(&checkpoint), 21);
+    assert_trimmed_to(&*log, &thread, &ids, &evs, 22).await;
 }
 
 /// The publish path's cadence (a candidate every ~`max_events` events, batches of 7): the log

@@ -66,7 +66,7 @@ async fn fold_until(
 }
 
 /// Folds what was appended after `head` into `fold`, to the end of the log, and returns the
-/// new head position.
+/// new head position and the number of entries folded.
 ///
 /// # Errors
 /// [`LogError::Gap`] when the log was trimmed past `head` or recreated meanwhile (reload the
@@ -76,46 +76,49 @@ pub async fn catch_up(
     thread: &ThreadId,
     fold: &mut ThreadFold,
     mut head: LogHead,
-) -> Result<LogHead, LogError> {
+) -> Result<(LogHead, usize), LogError> {
     let from = match head.last_id() {
         Some(id) => ReadFrom::After(id),
         None => ReadFrom::Start,
     };
-    if let Some(last) = fold_range(log, thread, fold, from, None).await? {
+    let (last, folded) = fold_range(log, thread, fold, from, None).await?;
+    if let Some(last) = last {
         head.epoch = last.epoch;
         head.last = last.pos;
     }
-    Ok(head)
+    Ok((head, folded))
 }
 
 /// Folds entries from `from`, up to `until` when given (else to the end of the log); returns
-/// the id of the last entry folded.
+/// the id of the last entry folded and how many were folded.
 async fn fold_range(
     log: &dyn EventLog,
     thread: &ThreadId,
     fold: &mut ThreadFold,
     mut from: ReadFrom,
     until: Option<StreamPos>,
-) -> Result<Option<EventId>, LogError> {
+) -> Result<(Option<EventId>, usize), LogError> {
     let mut folded = None;
+    let mut count = 0;
     loop {
         if let (ReadFrom::After(id), Some(until)) = (from, until)
             && id.pos >= until
         {
-            return Ok(folded);
+            return Ok((folded, count));
         }
         let page = log.read(thread, from, PAGE).await?;
         let Some(last) = page.last().map(|e| e.id) else {
-            return Ok(folded);
+            return Ok((folded, count));
         };
         for e in page.iter().filter(|e| until.is_none_or(|u| e.id.pos <= u)) {
             if let Ok(v) = serde_json::from_slice::<Value>(&e.json) {
                 let _ = fold.apply_logged(&v);
             }
             folded = Some(e.id);
+            count += 1;
         }
         if page.len() < PAGE || until.is_some_and(|u| last.pos >= u) {
-            return Ok(folded);
+            return Ok((folded, count));
         }
         from = ReadFrom::After(last);
     }

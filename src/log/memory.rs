@@ -139,9 +139,21 @@ impl ThreadInner {
         self.checkpoint = Some(checkpoint);
     }
 
-    /// Retention after an append that ended at `self.last` (see the module docs).
-    fn retain(&mut self, retention: &Retention, candidate: Option<Bytes>, now: Instant) {
-        if let Some(events) = candidate {
+    /// Retention after an append that ended at `self.last` (see the module docs). A
+    /// `candidate` within `min_gap` entries of the pending checkpoint is dropped
+    /// ([`AppendExtras::candidate_min_gap`]).
+    fn retain(
+        &mut self,
+        retention: &Retention,
+        candidate: Option<Bytes>,
+        min_gap: u64,
+        now: Instant,
+    ) {
+        // Positions are `0-n`, `n` counting the entries: the gap is a difference of `seq`s.
+        let too_soon = |p: &Pending| self.last.seq - p.checkpoint.pos.seq < min_gap;
+        if let Some(events) = candidate
+            && !self.pending.as_ref().is_some_and(too_soon)
+        {
             if let Some(older) = self.pending.take() {
                 self.promote(older.checkpoint);
             }
@@ -259,6 +271,7 @@ impl MemoryLog {
     ) -> Result<Vec<EventId>, LogError> {
         let AppendExtras {
             candidate,
+            candidate_min_gap,
             producer,
         } = extras;
         let log = self.thread(thread);
@@ -293,7 +306,7 @@ impl MemoryLog {
             }
             let now = Instant::now();
             inner.last_append = now;
-            inner.retain(retention, candidate, now);
+            inner.retain(retention, candidate, candidate_min_gap, now);
             ids
         };
         // Lock dropped before waking the tail.

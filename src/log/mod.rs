@@ -358,6 +358,13 @@ pub enum LogError {
 pub struct AppendExtras {
     /// A checkpoint candidate (see [`EventLog::append_if`]).
     pub candidate: Option<Bytes>,
+    /// The candidate is dropped (neither stored nor promoting the pending checkpoint) when
+    /// the pending checkpoint is fewer than this many entries old (`0`: never dropped). Why:
+    /// every node publishing to a thread sends candidates at its own count of the thread's
+    /// events, about together; promoting on each would trim the retained log to a few
+    /// entries. The publish path passes `retention.max_events`, so promotions stay at least
+    /// that far apart.
+    pub candidate_min_gap: u64,
     /// The producer's number of the batch's last event, recorded so that a retried batch is
     /// recognised (SPEC §2 idempotent retries).
     pub producer: Option<ProducerMark>,
@@ -377,6 +384,7 @@ impl From<Option<Bytes>> for AppendExtras {
     fn from(candidate: Option<Bytes>) -> Self {
         AppendExtras {
             candidate,
+            candidate_min_gap: 0,
             producer: None,
         }
     }

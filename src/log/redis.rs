@@ -261,7 +261,9 @@ end
 
 /// KEYS: stream, meta, ckpt. ARGV: [1] fresh epoch, [2] maxlen and [3] maxlen once the
 /// thread uses checkpoints (`0`: none), [4] expected epoch and [5] expected last entry ID
-/// (both empty: unconditional), [6] `1` when [7] is a checkpoint candidate (else `0`),
+/// (both empty: unconditional), [6] `-` when there is no checkpoint candidate, else the
+/// candidate's least distance in entries (`entries-added`) from the pending checkpoint, below
+/// which it is dropped (`AppendExtras::candidate_min_gap`), and [7] the candidate,
 /// [8] `max_age` in ms and [9] `idle_ttl` in ms (`0`: none), [10] producer id (empty: none)
 /// and [11] the number of its last event in the batch (stored as `p:<id>` in the meta hash),
 /// [12] the append-note channel (empty: no note), [13] the thread id and [14] the events'
@@ -314,7 +316,7 @@ end
 if not live then
   redis.call('HSET', KEYS[2], 'seen', '1')
 end
-local candidate = ARGV[6] == '1'
+local candidate = ARGV[6] ~= '-'
 local cap = ARGV[2]
 -- With checkpoints in use, MAXLEN never trims: past the safety cap [3] the pending
 -- checkpoint is promoted instead (below), so the fold stays rebuildable (SPEC §6).
@@ -332,11 +334,14 @@ for i = 15, #ARGV do
 end
 if candidate then
   local older = pending_of(KEYS[3])
-  if older then
-    promote(KEYS[1], KEYS[3], older)
-  end
   local added = stream_info(KEYS[1], KEYS[3], true)[5]
-  redis.call('HSET', KEYS[3], 'next_pos', ids[#ids], 'next_events', ARGV[7], 'next_ord', added)
+  -- Dropped when it comes too soon after the pending one (another node's, usually).
+  if not older or tonumber(added) - tonumber(older[3]) >= tonumber(ARGV[6]) then
+    if older then
+      promote(KEYS[1], KEYS[3], older)
+    end
+    redis.call('HSET', KEYS[3], 'next_pos', ids[#ids], 'next_events', ARGV[7], 'next_ord', added)
+  end
 end
 if ARGV[8] ~= '0' then
   local pending = pending_of(KEYS[3])
@@ -521,6 +526,7 @@ impl RedisLog {
     ) -> Result<Vec<EventId>, LogError> {
         let AppendExtras {
             candidate,
+            candidate_min_gap,
             producer,
         } = extras;
         self.timed("append", async {
@@ -535,7 +541,10 @@ impl RedisLog {
                 .arg(retention.cap(true))
                 .arg(expected.map(|h| h.epoch.to_string()).unwrap_or_default())
                 .arg(expected.map(|h| h.last.to_string()).unwrap_or_default())
-                .arg(if candidate.is_some() { "1" } else { "0" })
+                .arg(match candidate {
+                    Some(_) => candidate_min_gap.to_string(),
+                    None => "-".to_string(),
+                })
                 .arg(candidate.as_deref().unwrap_or_default())
                 .arg(retention.max_age_ms())
                 .arg(retention.idle_ttl_ms())
