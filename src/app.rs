@@ -99,6 +99,11 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
 /// # Errors
 /// The address cannot be bound.
 pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
+    // Also for configurations built in code (tests): the non-loopback rule of SPEC §8 holds.
+    config.validate()?;
+    let auth = crate::http::auth::Auth::from_config(&config.auth)
+        .map_err(anyhow::Error::msg)?
+        .map(Arc::new);
     let listener = bind(config.listen)?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
@@ -124,6 +129,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         hub,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
+        auth,
     };
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());

@@ -18,6 +18,9 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "redis_url",
     "redis_block",
     "strict_order",
+    "insecure",
+    "auth",
+    "cors",
     "sse",
     "queue",
     "limits",
@@ -42,6 +45,13 @@ pub struct Config {
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
     /// `STATE_DELTA` that does not apply to the thread's state (SPEC §2). Default on.
     pub strict_order: bool,
+    /// Allow listening on a non-loopback address without authentication (SPEC §8: refused
+    /// unless this is set; `--insecure` on the command line).
+    pub insecure: bool,
+    /// JWT authentication of publishes and subscriptions (SPEC §8); off while no key is set.
+    pub auth: AuthConfig,
+    /// Cross-origin requests from browsers (SPEC §8); off while no origin is listed.
+    pub cors: CorsConfig,
     /// SSE stream settings.
     pub sse: SseConfig,
     /// Per-connection queue bounds.
@@ -52,6 +62,65 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+}
+
+/// JWT bearer tokens (SPEC §8; see `http::auth`). Authentication is on when
+/// `hs256_secret` or `rs256_public_key` is set; tokens signed with either are then accepted.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HS256 shared secret (UTF-8 bytes as given); empty: HS256 tokens are refused.
+    pub hs256_secret: String,
+    /// RS256 public key of the token issuer, PEM (`-----BEGIN PUBLIC KEY-----` or
+    /// `-----BEGIN RSA PUBLIC KEY-----`); empty: RS256 tokens are refused.
+    pub rs256_public_key: String,
+    /// Name of the cookie that may carry the token.
+    pub cookie: String,
+    /// Required `aud` of every token; empty: a token with an `aud` claim is refused.
+    pub audience: String,
+    /// Required `iss` of every token; empty: not checked.
+    pub issuer: String,
+}
+
+/// Secrets stay out of logs and error messages.
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field(
+                "hs256_secret",
+                &(!self.hs256_secret.is_empty()).then_some("<set>"),
+            )
+            .field(
+                "rs256_public_key",
+                &(!self.rs256_public_key.is_empty()).then_some("<set>"),
+            )
+            .field("cookie", &self.cookie)
+            .field("audience", &self.audience)
+            .field("issuer", &self.issuer)
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// Whether a key is set (authentication on).
+    pub fn enabled(&self) -> bool {
+        !self.hs256_secret.is_empty() || !self.rs256_public_key.is_empty()
+    }
+}
+
+/// CORS (the Fetch standard's CORS protocol), for browsers on other origins (SPEC §8).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Origins allowed to read responses (`https://app.example.com`, exact); `["*"]`: any
+    /// origin (not with `allow_credentials`). Empty: no CORS headers at all.
+    pub allow_origins: Vec<String>,
+    /// Send `Access-Control-Allow-Credentials: true` (cookies and `EventSource`'s
+    /// `withCredentials`).
+    pub allow_credentials: bool,
+    /// How long a browser may cache a preflight answer (humantime; `Access-Control-Max-Age`).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
 }
 
 /// SSE stream settings (SPEC §3).
@@ -133,11 +202,36 @@ impl Default for Config {
             redis_url: String::new(),
             redis_block: Duration::from_secs(1),
             strict_order: true,
+            insecure: false,
+            auth: AuthConfig::default(),
+            cors: CorsConfig::default(),
             sse: SseConfig::default(),
             queue: QueueConfig::default(),
             limits: LimitsConfig::default(),
             retention: RetentionConfig::default(),
             shutdown: ShutdownConfig::default(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            hs256_secret: String::new(),
+            rs256_public_key: String::new(),
+            cookie: "agui_token".into(),
+            audience: String::new(),
+            issuer: String::new(),
+        }
+    }
+}
+
+impl Default for CorsConfig {
+    fn default() -> Self {
+        CorsConfig {
+            allow_origins: Vec::new(),
+            allow_credentials: false,
+            max_age: Duration::from_secs(600),
         }
     }
 }
@@ -207,6 +301,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// `--redis-url URL`.
     pub redis_url: Option<String>,
+    /// `--insecure`.
+    pub insecure: bool,
 }
 
 impl Config {
@@ -244,6 +340,9 @@ impl Config {
         if let Some(url) = &overrides.redis_url {
             fig = fig.merge(("redis_url", url));
         }
+        if overrides.insecure {
+            fig = fig.merge(("insecure", true));
+        }
         let config: Config = fig.extract().map_err(Box::new)?;
         config.validate()?;
         Ok(config)
@@ -277,6 +376,37 @@ impl Config {
             && !self.redis_url.starts_with("rediss://")
         {
             return bad("redis_url must start with redis:// or rediss://");
+        }
+        if self.auth.enabled() && self.auth.cookie.is_empty() {
+            return bad("auth.cookie must not be empty");
+        }
+        let any_origin = self.cors.allow_origins.iter().any(|o| o == "*");
+        if any_origin && self.cors.allow_origins.len() > 1 {
+            return bad("cors.allow_origins: \"*\" must be the only entry");
+        }
+        if any_origin && self.cors.allow_credentials {
+            return bad(
+                "cors.allow_credentials cannot be used with cors.allow_origins = [\"*\"] \
+                 (the Fetch standard forbids credentials with a wildcard origin)",
+            );
+        }
+        if let Some(o) = self.cors.allow_origins.iter().find(|o| {
+            *o != "*"
+                && (o.ends_with('/')
+                    || !(o.starts_with("http://") || o.starts_with("https://"))
+                    || axum::http::HeaderValue::from_str(o).is_err())
+        }) {
+            return Err(ConfigError::Invalid(format!(
+                "cors.allow_origins: {o:?} is not an origin (scheme://host[:port], no path)"
+            )));
+        }
+        if !self.listen.ip().is_loopback() && !self.auth.enabled() && !self.insecure {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on {} without authentication (SPEC §8): set auth.hs256_secret \
+                 or auth.rs256_public_key (AGUI_AUTH__HS256_SECRET, AGUI_AUTH__RS256_PUBLIC_KEY), \
+                 or start with --insecure (AGUI_INSECURE=true)",
+                self.listen
+            )));
         }
         Ok(())
     }
@@ -351,6 +481,7 @@ mod tests {
             let o = Overrides {
                 listen: Some("127.0.0.1:2".parse().unwrap()),
                 redis_url: Some(String::new()),
+                insecure: false,
             };
             let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();
             assert_eq!(c.listen.port(), 2);

@@ -35,9 +35,29 @@ enum Command {
         /// Redis URL; selects the redis log backend (overrides the file and AGUI_REDIS_URL).
         #[arg(long)]
         redis_url: Option<String>,
+        /// Allow a non-loopback listen address without authentication (SPEC §8; also
+        /// AGUI_INSECURE=true).
+        #[arg(long)]
+        insecure: bool,
     },
     /// Publish a recorded AG-UI run (a JSON array of events) to a broker, paced like a live agent.
     Replay(replay::ReplayArgs),
+    /// Print an HS256 token for development (SPEC §8): its `agui` claim allows the given
+    /// thread patterns (a thread id, or a prefix ending in `*`).
+    Token {
+        /// The HS256 secret (default: AGUI_AUTH__HS256_SECRET).
+        #[arg(long, env = "AGUI_AUTH__HS256_SECRET", hide_env_values = true)]
+        secret: String,
+        /// A thread pattern the token may subscribe to (repeatable).
+        #[arg(long)]
+        subscribe: Vec<String>,
+        /// A thread pattern the token may publish to (repeatable).
+        #[arg(long)]
+        publish: Vec<String>,
+        /// Lifetime, e.g. `1h`, `30m` ("0s": no `exp`).
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
 }
 
 #[tokio::main]
@@ -54,8 +74,14 @@ async fn main() -> anyhow::Result<()> {
             config,
             listen,
             redis_url,
+            insecure,
         } => {
-            let config = Config::load(config.as_deref(), &Overrides { listen, redis_url })?;
+            let overrides = Overrides {
+                listen,
+                redis_url,
+                insecure,
+            };
+            let config = Config::load(config.as_deref(), &overrides)?;
             let server = app::start(config).await?;
             let shutdown = server.shutdown.clone();
             tokio::spawn(async move {
@@ -63,6 +89,17 @@ async fn main() -> anyhow::Result<()> {
                 shutdown.cancel();
             });
             server.wait().await;
+            Ok(())
+        }
+        Command::Token {
+            secret,
+            subscribe,
+            publish,
+            ttl,
+        } => {
+            let ttl = (!ttl.is_zero()).then_some(ttl);
+            let token = agui_fanout::http::auth::issue_hs256(&secret, &subscribe, &publish, ttl)?;
+            println!("{token}");
             Ok(())
         }
         Command::Replay(args) => {

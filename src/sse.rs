@@ -208,7 +208,13 @@ pub struct StreamSettings {
     /// Longest wait for the socket to accept a byte before the stream is given up (streams
     /// written to the raw socket, [`write_socket`]).
     pub write_timeout: Duration,
+    /// When the stream ends by itself: its token's expiry (SPEC §8). The client reconnects
+    /// with its `Last-Event-ID` (and a fresh token); the last frame is [`EXPIRED`].
+    pub ends_at: Option<tokio::time::Instant>,
 }
+
+/// The last frame of a stream whose token expired.
+pub const EXPIRED: &[u8] = b": agui-fanout: token expired\n\n";
 
 impl StreamSettings {
     /// The last words of a stream whose queue was closed for `reason`: the jittered `retry:`
@@ -219,6 +225,11 @@ impl StreamSettings {
             return Some(encode_retry(self.retry_ms + jitter));
         }
         reason.final_words().map(encode_comment)
+    }
+
+    /// The writer's next timer deadline: the heartbeat's `due`, or the stream's end if sooner.
+    fn next_wake(&self, due: tokio::time::Instant) -> tokio::time::Instant {
+        self.ends_at.map_or(due, |end| end.min(due))
     }
 }
 
@@ -246,7 +257,9 @@ pub fn body(
     settings: StreamSettings,
     guard: Guard,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
-    let heartbeat = Box::pin(tokio::time::sleep(settings.heartbeat));
+    let heartbeat = Box::pin(tokio::time::sleep_until(
+        settings.next_wake(tokio::time::Instant::now() + settings.heartbeat),
+    ));
     let state = WriterState {
         pending_first: Some(first_write(&settings, prefix)),
         queue,
@@ -290,6 +303,16 @@ struct WriterState {
 impl WriterState {
     /// Polls for what to do next: frames, the end, or a heartbeat tick.
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<Wake> {
+        // Checked before the queue, so that a stream that is never idle ends on time too (the
+        // timer below wakes an idle one).
+        if self
+            .settings
+            .ends_at
+            .is_some_and(|end| tokio::time::Instant::now() >= end)
+        {
+            metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "token_expired").increment(1);
+            return Poll::Ready(Wake::Closed(Some(Bytes::from_static(EXPIRED))));
+        }
         match self.queue.poll_batch(cx) {
             Poll::Ready(Drained::Frames(bytes)) => return Poll::Ready(Wake::Frames(bytes)),
             Poll::Ready(Drained::Closed(reason)) => {
@@ -310,10 +333,12 @@ impl WriterState {
         let due = self.wrote_at + self.settings.heartbeat;
         if now >= due {
             self.wrote_at = now;
-            self.heartbeat.as_mut().reset(now + self.settings.heartbeat);
+            let next = self.settings.next_wake(now + self.settings.heartbeat);
+            self.heartbeat.as_mut().reset(next);
             Some(Bytes::from_static(HEARTBEAT))
         } else {
-            self.heartbeat.as_mut().reset(due);
+            let next = self.settings.next_wake(due);
+            self.heartbeat.as_mut().reset(next);
             None
         }
     }
@@ -374,7 +399,9 @@ pub async fn write_socket(
     // From here on the hub may write frames itself while this writer is idle.
     queue.attach_socket(io.clone());
     let _detach = Detach(queue.clone());
-    let heartbeat = Box::pin(tokio::time::sleep(settings.heartbeat));
+    let heartbeat = Box::pin(tokio::time::sleep_until(
+        settings.next_wake(tokio::time::Instant::now() + settings.heartbeat),
+    ));
     let mut st = WriterState {
         queue,
         settings,

@@ -797,7 +797,10 @@ async fn two_nodes_alternating_keep_checkpoints() {
         .await
         .unwrap();
     // Promotions at least `max_events` apart: at least that many entries stay.
-    assert!((10..=40).contains(&len), "{len} entries kept with max_events = 10");
+    assert!(
+        (10..=40).contains(&len),
+        "{len} entries kept with max_events = 10"
+    );
     for base in &bases {
         let s = snapshot(base, &thread).await;
         assert_eq!(s["messages"][0]["content"], text.as_str(), "{s}");

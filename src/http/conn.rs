@@ -16,8 +16,8 @@
 //! here, it is a socket, the queue and a small task (see `loadtest/REPORT.md` for the figures).
 //! Requests are still parsed by a library (`httparse`, hyper's own parser).
 
-use super::AppState;
 use super::subscribe::{self, Opened, SSE_HEADERS, SubscribeQuery};
+use super::{AppState, cors};
 use crate::sse;
 use axum::Router;
 use axum::response::{IntoResponse, Response};
@@ -139,6 +139,10 @@ struct SubscribeRequest {
     thread: String,
     /// The raw `Last-Event-ID` header.
     last_event_id: Option<Vec<u8>>,
+    /// The raw `Authorization`, `Cookie` and `Origin` headers (SPEC §8).
+    authorization: Option<Vec<u8>>,
+    cookie: Option<Vec<u8>>,
+    origin: Option<Vec<u8>>,
     /// The query string.
     query: SubscribeQuery,
 }
@@ -170,9 +174,10 @@ async fn route(stream: &TcpStream, patience: Duration) -> Route {
 
 /// Parses `bytes` as the head of a subscribe request the front can serve: `GET`, the
 /// subscribe path with one non-empty segment (percent-decoded as axum's `Path` does), a query
-/// that parses (as axum's `Query` does), no request body, no upgrade, at most one
-/// `Last-Event-ID`. `None` for anything else, including an incomplete head: hyper's path
-/// answers those (with its own errors for malformed requests).
+/// that parses (as axum's `Query` does), no request body, no upgrade, at most one each of
+/// `Last-Event-ID`, `Authorization`, `Cookie` and `Origin`. `None` for anything else,
+/// including an incomplete head: hyper's path answers those (with its own errors for
+/// malformed requests).
 fn parse_subscribe(bytes: &[u8]) -> Option<SubscribeRequest> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
@@ -193,7 +198,7 @@ fn parse_subscribe(bytes: &[u8]) -> Option<SubscribeRequest> {
         .ok()?
         .into_owned();
     let query: SubscribeQuery = serde_urlencoded::from_str(query).ok()?;
-    let mut last_event_id = None;
+    let (mut last_event_id, mut authorization, mut cookie, mut origin) = (None, None, None, None);
     for h in req.headers.iter() {
         let name = h.name;
         let has_body = (name.eq_ignore_ascii_case("content-length") && h.value != b"0")
@@ -201,23 +206,35 @@ fn parse_subscribe(bytes: &[u8]) -> Option<SubscribeRequest> {
         if has_body || name.eq_ignore_ascii_case("upgrade") {
             return None;
         }
-        if name.eq_ignore_ascii_case("last-event-id") {
-            if last_event_id.is_some() {
-                return None;
-            }
-            last_event_id = Some(h.value.to_vec());
+        let slot = if name.eq_ignore_ascii_case("last-event-id") {
+            &mut last_event_id
+        } else if name.eq_ignore_ascii_case("authorization") {
+            &mut authorization
+        } else if name.eq_ignore_ascii_case("cookie") {
+            &mut cookie
+        } else if name.eq_ignore_ascii_case("origin") {
+            &mut origin
+        } else {
+            continue;
+        };
+        if slot.is_some() {
+            return None;
         }
+        *slot = Some(h.value.to_vec());
     }
     Some(SubscribeRequest {
         head_len,
         thread,
         last_event_id,
+        authorization,
+        cookie,
+        origin,
         query,
     })
 }
 
 /// Serves a subscribe request on the raw socket (see the module docs).
-async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: AppState) {
+async fn serve_subscribe(mut stream: TcpStream, mut req: SubscribeRequest, state: AppState) {
     // Consume the head that `route` only peeked at.
     let mut head = vec![0u8; req.head_len];
     if stream.read_exact(&mut head).await.is_err() {
@@ -225,6 +242,21 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
     }
     drop(head);
     set_send_buffer(&stream, state.config.sse.send_buffer);
+    // Taken out of `req`: what a stream keeps for its lifetime stays small.
+    let cors = cors::stream_headers(&state.config.cors, req.origin.take().as_deref());
+    let (authorization, cookie) = (req.authorization.take(), req.cookie.take());
+    let checked = subscribe::authorize_front(
+        &state,
+        &req.thread,
+        authorization.as_deref(),
+        cookie.as_deref(),
+        &req.query,
+    );
+    drop((authorization, cookie));
+    let expires = match checked {
+        Ok(expires) => expires,
+        Err(e) => return write_response(stream, e.into_response(), &cors).await,
+    };
     // Boxed, for the same reason: opening (the hub, the log) is done before the stream is
     // written, and its future must not stay part of the task for the stream's lifetime.
     let opened = Box::pin(subscribe::open(
@@ -232,6 +264,7 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
         &req.thread,
         req.last_event_id.as_deref(),
         req.query,
+        expires,
     ))
     .await;
     match opened {
@@ -240,23 +273,27 @@ async fn serve_subscribe(mut stream: TcpStream, req: SubscribeRequest, state: Ap
             prefix,
             guard,
             settings,
-        }) => sse::write_socket(stream, sse_head(), queue, prefix, settings, guard).await,
+        }) => sse::write_socket(stream, sse_head(&cors), queue, prefix, settings, guard).await,
         Ok(Opened::Unavailable(body)) => {
-            let mut out = sse_head().to_vec();
+            let mut out = sse_head(&cors).to_vec();
             out.extend_from_slice(&body);
             let _ = stream.write_all(&out).await;
             let _ = stream.shutdown().await;
         }
-        Err(e) => write_response(stream, e.into_response()).await,
+        Err(e) => write_response(stream, e.into_response(), &cors).await,
     }
 }
 
-/// The response head of an event stream served by the front: `200`, the SSE headers,
-/// `connection: close` (the body ends with the connection) and `date` (RFC 9110 §6.6.1).
-fn sse_head() -> Bytes {
+/// The response head of an event stream served by the front: `200`, the SSE headers, the
+/// CORS headers `cors` (see `cors::stream_headers`), `connection: close` (the body ends with
+/// the connection) and `date` (RFC 9110 §6.6.1).
+fn sse_head(cors: &[(&str, String)]) -> Bytes {
     let mut head = String::with_capacity(192);
     head.push_str("HTTP/1.1 200 OK\r\n");
     for (name, value) in SSE_HEADERS {
+        push_header(&mut head, name, value);
+    }
+    for (name, value) in cors {
         push_header(&mut head, name, value);
     }
     end_head(&mut head);
@@ -278,8 +315,9 @@ fn push_header(head: &mut String, name: &str, value: &str) {
     head.push_str("\r\n");
 }
 
-/// Writes a complete (small: an error's JSON) response and closes the connection.
-async fn write_response(mut stream: TcpStream, resp: Response) {
+/// Writes a complete (small: an error's JSON) response with the CORS headers `cors` and
+/// closes the connection.
+async fn write_response(mut stream: TcpStream, resp: Response, cors: &[(&str, String)]) {
     let (parts, body) = resp.into_parts();
     let body = body
         .collect()
@@ -296,6 +334,9 @@ async fn write_response(mut stream: TcpStream, resp: Response) {
         if let Ok(value) = value.to_str() {
             push_header(&mut head, name.as_str(), value);
         }
+    }
+    for (name, value) in cors {
+        push_header(&mut head, name, value);
     }
     push_header(&mut head, "content-length", &body.len().to_string());
     end_head(&mut head);

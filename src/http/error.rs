@@ -32,6 +32,8 @@ pub struct ErrorBody {
     pub extra: Map<String, Value>,
     /// Seconds for a `Retry-After` header (503).
     pub retry_after: Option<u64>,
+    /// A `WWW-Authenticate` challenge (401, RFC 6750 §3).
+    pub challenge: Option<&'static str>,
     /// Metric label when finer than `code` (the order rule broken).
     pub reason: Option<&'static str>,
 }
@@ -74,6 +76,7 @@ impl ApiError {
             field: None,
             extra: Map::new(),
             retry_after: None,
+            challenge: None,
             reason: None,
         }))
     }
@@ -87,6 +90,12 @@ impl ApiError {
     /// Sets a `Retry-After` header, in seconds.
     pub fn retry_after(mut self, secs: u64) -> Self {
         self.0.retry_after = Some(secs);
+        self
+    }
+
+    /// Sets a `WWW-Authenticate` header (a 401's challenge).
+    pub fn challenge(mut self, challenge: &'static str) -> Self {
+        self.0.challenge = Some(challenge);
         self
     }
 
@@ -207,6 +216,12 @@ impl IntoResponse for ApiError {
         if let Some(secs) = body.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(challenge) = body.challenge {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
         }
         resp
     }

@@ -4,7 +4,9 @@
 //! Data path position: the edge. Publish enters the path here (→ `event` → `log`);
 //! subscribe leaves it here (`hub` → `queue` → `sse` → response body).
 
+pub mod auth;
 pub mod conn;
+mod cors;
 mod error;
 mod ops;
 mod publish;
@@ -14,11 +16,14 @@ mod subscribe;
 pub use error::ApiError;
 
 use crate::config::Config;
+use crate::event::ThreadId;
 use crate::hub::Hub;
 use crate::ingest::Ingest;
 use crate::log::EventLog;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
@@ -40,11 +45,57 @@ pub struct AppState {
     /// Set when the node starts draining: `/readyz` fails and new streams are refused (open
     /// streams are ended by [`Hub::drain_streams`]).
     pub draining: Arc<AtomicBool>,
+    /// The token verifier (SPEC §8); `None`: authentication off.
+    pub auth: Option<Arc<auth::Auth>>,
+}
+
+impl AppState {
+    /// Checks the request's token for `action` on `thread` (SPEC §8); `Ok(None)` when
+    /// authentication is off.
+    ///
+    /// # Errors
+    /// 401 `unauthorized`, 403 `forbidden` (see [`auth::Auth::check`]).
+    pub(crate) fn authorize(
+        &self,
+        credentials: auth::Credentials<'_>,
+        thread: &ThreadId,
+        action: auth::Action,
+    ) -> Result<Option<auth::Granted>, ApiError> {
+        match &self.auth {
+            None => Ok(None),
+            Some(a) => a.check(credentials, thread, action).map(Some),
+        }
+    }
+
+    /// [`AppState::authorize`] for a request seen through hyper: `Authorization` and every
+    /// `Cookie` of `headers`, and the query's `access_token`.
+    pub(crate) fn authorize_headers(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+        thread: &ThreadId,
+        action: auth::Action,
+    ) -> Result<Option<auth::Granted>, ApiError> {
+        if self.auth.is_none() {
+            return Ok(None);
+        }
+        let cookies: Vec<&[u8]> = headers
+            .get_all(COOKIE)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        let credentials = auth::Credentials {
+            authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            query_token,
+            cookies: &cookies,
+        };
+        self.authorize(credentials, thread, action)
+    }
 }
 
 /// The broker's router. Tests can drive it with `tower::ServiceExt::oneshot` without a socket.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route(
             "/v1/threads/{thread_id}/events",
             get(subscribe::subscribe).post(publish::publish),
@@ -56,6 +107,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         // Bodies are read by the handlers with the configured limits (413 as JSON).
-        .layer(DefaultBodyLimit::disable())
-        .with_state(state)
+        .layer(DefaultBodyLimit::disable());
+    let router = match cors::layer(&state.config.cors) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.with_state(state)
 }

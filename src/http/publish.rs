@@ -3,6 +3,7 @@
 //! ingest appends events as they arrive and stops at the first invalid one, saying how many
 //! were appended before it.
 
+use super::auth::Action;
 use super::{ApiError, AppState};
 use crate::event::{ThreadId, ValidEvent, validate_event, validate_value};
 use crate::ingest::Producer;
@@ -11,7 +12,7 @@ use crate::metrics as m;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
@@ -58,6 +59,16 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
 ///
 /// # Errors
 /// 400 `invalid_thread_id` naming the field `threadId`.
+/// The `access_token` query parameter (RFC 6750 §2.3), if the query has one and parses.
+pub(super) fn query_token(query: Option<&str>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct TokenQuery {
+        access_token: Option<String>,
+    }
+    let q: TokenQuery = serde_urlencoded::from_str(query?).ok()?;
+    q.access_token
+}
+
 pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
     ThreadId::parse(raw).map_err(|e| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_thread_id", e.to_string())
@@ -69,11 +80,12 @@ pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
 pub async fn publish(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let Path(thread) = path?;
-    let result = publish_inner(&state, &thread, &headers, body).await;
+    let result = publish_inner(&state, &thread, query.as_deref(), &headers, body).await;
     match &result {
         Ok(_) => {}
         Err(e) => {
@@ -86,10 +98,14 @@ pub async fn publish(
 async fn publish_inner(
     state: &AppState,
     thread: &str,
+    query: Option<&str>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let thread = parse_thread(thread)?;
+    // Before the body is read: a refused producer costs no parsing.
+    let token = query_token(query);
+    state.authorize_headers(headers, token.as_deref(), &thread, Action::Publish)?;
     let format = body_format(headers)?;
     let producer = producer(headers)?;
     if format == BodyFormat::EventStream {

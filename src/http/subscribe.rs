@@ -3,6 +3,7 @@
 //! headers; the header wins, since `EventSource` sends it on reconnect while the URL keeps the
 //! first id), or from the start with `?from=start`.
 
+use super::auth::{Action, Credentials};
 use super::publish::parse_thread;
 use super::{ApiError, AppState};
 use crate::hub::{Outcome, Start};
@@ -19,6 +20,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 /// Query parameters of a subscription.
 #[derive(Debug, Default, PartialEq, Deserialize)]
@@ -28,6 +30,9 @@ pub struct SubscribeQuery {
     pub last_event_id: Option<String>,
     /// `start`: replay the retained log from its first event.
     pub from: Option<String>,
+    /// A bearer token (RFC 6750 §2.3), for clients that cannot set `Authorization` (SPEC §8).
+    #[serde(rename = "access_token")]
+    pub access_token: Option<String>,
 }
 
 /// What a subscribe request opens.
@@ -61,7 +66,21 @@ pub async fn subscribe(
     let Path(thread) = path?;
     let Query(query) = query?;
     let header_id = headers.get("last-event-id").map(|v| v.as_bytes());
-    match open(&state, &thread, header_id, query).await? {
+    let granted = state.authorize_headers(
+        &headers,
+        query.access_token.as_deref(),
+        &parse_thread(&thread)?,
+        Action::Subscribe,
+    )?;
+    match open(
+        &state,
+        &thread,
+        header_id,
+        query,
+        granted.and_then(|g| g.expires),
+    )
+    .await?
+    {
         Opened::Stream {
             queue,
             prefix,
@@ -75,9 +94,36 @@ pub async fn subscribe(
     }
 }
 
-/// Opens a subscription (SPEC §2–§4): checks the thread id and the node's state, parses the
-/// resume point, registers with the hub and collects the frames the stream starts with.
-/// `header_id` is the raw `Last-Event-ID` header, if any.
+/// Checks a front-served subscribe's token (SPEC §8): [`AppState::authorize`] with the
+/// request's `Authorization` and `Cookie` values and the query's `access_token`; the token's
+/// expiry, if any.
+///
+/// # Errors
+/// 400 `invalid_thread_id`, 401 `unauthorized`, 403 `forbidden`.
+pub(crate) fn authorize_front(
+    state: &AppState,
+    thread: &str,
+    authorization: Option<&[u8]>,
+    cookie: Option<&[u8]>,
+    query: &SubscribeQuery,
+) -> Result<Option<SystemTime>, ApiError> {
+    if state.auth.is_none() {
+        return Ok(None);
+    }
+    let cookies: Vec<&[u8]> = cookie.into_iter().collect();
+    let credentials = Credentials {
+        authorization,
+        query_token: query.access_token.as_deref(),
+        cookies: &cookies,
+    };
+    let granted = state.authorize(credentials, &parse_thread(thread)?, Action::Subscribe)?;
+    Ok(granted.and_then(|g| g.expires))
+}
+
+/// Opens a subscription (SPEC §2–§4), once its token was checked: checks the thread id and
+/// the node's state, parses the resume point, registers with the hub and collects the frames
+/// the stream starts with. `header_id` is the raw `Last-Event-ID` header, if any; `expires`
+/// the token's expiry, when the stream ends (SPEC §8).
 ///
 /// # Errors
 /// 400 `invalid_thread_id`; 503 `draining` (with `Retry-After`).
@@ -86,6 +132,7 @@ pub(crate) async fn open(
     thread: &str,
     header_id: Option<&[u8]>,
     query: SubscribeQuery,
+    expires: Option<SystemTime>,
 ) -> Result<Opened, ApiError> {
     let thread = parse_thread(thread)?;
     if state.draining.load(Ordering::Relaxed) {
@@ -125,6 +172,10 @@ pub(crate) async fn open(
         retry_ms: state.config.sse.retry_ms,
         heartbeat: state.config.sse.heartbeat,
         write_timeout: state.config.sse.write_timeout,
+        ends_at: expires.map(|at| {
+            let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+            tokio::time::Instant::now() + left
+        }),
     };
     let sub = match state.hub.subscribe(&thread, start).await {
         Ok(sub) => sub,

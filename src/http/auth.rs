@@ -1,0 +1,318 @@
+//! Authentication and authorisation of publishes, subscriptions and snapshots (SPEC §8): a
+//! JWT bearer token (RFC 7519; RFC 6750 for how it is carried) signed with HS256 (a shared
+//! secret) or RS256 (the issuer's RSA public key), checked with the `jsonwebtoken` crate.
+//!
+//! - **Where the token is**, first found wins: the `Authorization: Bearer <token>` header, the
+//!   `access_token` query parameter (RFC 6750 §2.3; what a native `EventSource` can send), the
+//!   cookie named by `auth.cookie` (default `agui_token`; an `EventSource` with
+//!   `withCredentials` sends it).
+//! - **What it allows**: the claim `agui`, `{"subscribe": [patterns], "publish": [patterns]}`.
+//!   A pattern is a thread id, or a prefix ending in `*` (`"*"` alone: every thread).
+//!   `subscribe` also allows the thread's snapshot (it is what a subscriber gets as a
+//!   prelude).
+//! - **Standard claims**: `exp` (seconds since the epoch) is checked when present, without
+//!   leeway; a stream opened with a token that has one ends when it expires (the client
+//!   reconnects with its `Last-Event-ID` and a fresh token). `nbf` is checked when present.
+//!   With `auth.audience` / `auth.issuer` set, `aud` / `iss` must match; a token carrying an
+//!   `aud` is refused when no audience is configured (RFC 7519 §4.1.3).
+//! - **Errors**: no token, or one that does not verify: 401 `unauthorized` with
+//!   `WWW-Authenticate: Bearer` (RFC 6750 §3); a valid token that does not allow the action on
+//!   the thread: 403 `forbidden`.
+//!
+//! `/healthz`, `/readyz` and `/metrics` are not authenticated (probes and Prometheus).
+
+use super::ApiError;
+use crate::config::AuthConfig;
+use crate::event::ThreadId;
+use axum::http::StatusCode;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What a request wants to do with a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open its event stream, or read its snapshot.
+    Subscribe,
+    /// Append events.
+    Publish,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Subscribe => "subscribe",
+            Action::Publish => "publish",
+        }
+    }
+}
+
+/// Where a request may carry its token: raw header values and the query's `access_token`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Credentials<'a> {
+    /// The `Authorization` header's value.
+    pub authorization: Option<&'a [u8]>,
+    /// The `access_token` query parameter.
+    pub query_token: Option<&'a str>,
+    /// Every `Cookie` header's value (HTTP/2 may split cookies over several).
+    pub cookies: &'a [&'a [u8]],
+}
+
+/// A request the token allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// When the token expires (`exp`), if it says.
+    pub expires: Option<SystemTime>,
+}
+
+/// The token verifier, built once from `[auth]`.
+pub struct Auth {
+    hs256: Option<(DecodingKey, Validation)>,
+    rs256: Option<(DecodingKey, Validation)>,
+    cookie: String,
+}
+
+/// The claims the broker reads; any others are ignored.
+#[derive(Deserialize)]
+struct Claims {
+    #[serde(default)]
+    exp: Option<u64>,
+    #[serde(default)]
+    agui: Grants,
+}
+
+/// The `agui` claim.
+#[derive(Default, Deserialize)]
+struct Grants {
+    #[serde(default)]
+    subscribe: Vec<String>,
+    #[serde(default)]
+    publish: Vec<String>,
+}
+
+impl Auth {
+    /// The verifier `config` describes; `Ok(None)` when neither `hs256_secret` nor
+    /// `rs256_public_key` is set (authentication off).
+    ///
+    /// # Errors
+    /// A message naming `auth.rs256_public_key` when it is not an RSA public key in PEM.
+    pub fn from_config(config: &AuthConfig) -> Result<Option<Auth>, String> {
+        let validation = |alg| {
+            let mut v = Validation::new(alg);
+            // `exp` is checked when present, not required (as Centrifugo and Mercure do).
+            v.required_spec_claims.clear();
+            v.leeway = 0;
+            v.validate_nbf = true;
+            if !config.audience.is_empty() {
+                v.set_audience(&[&config.audience]);
+            }
+            if !config.issuer.is_empty() {
+                v.set_issuer(&[&config.issuer]);
+            }
+            v
+        };
+        let hs256 = (!config.hs256_secret.is_empty()).then(|| {
+            (
+                DecodingKey::from_secret(config.hs256_secret.as_bytes()),
+                validation(Algorithm::HS256),
+            )
+        });
+        let rs256 = if config.rs256_public_key.is_empty() {
+            None
+        } else {
+            let key =
+                DecodingKey::from_rsa_pem(config.rs256_public_key.as_bytes()).map_err(|e| {
+                    format!("auth.rs256_public_key is not an RSA public key in PEM: {e}")
+                })?;
+            Some((key, validation(Algorithm::RS256)))
+        };
+        if hs256.is_none() && rs256.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Auth {
+            hs256,
+            rs256,
+            cookie: config.cookie.clone(),
+        }))
+    }
+
+    /// Checks that the request's token allows `action` on `thread`.
+    ///
+    /// # Errors
+    /// 401 `unauthorized` (no token, or it does not verify: signature, algorithm, `exp`,
+    /// `nbf`, `aud`, `iss`, malformed); 403 `forbidden` (no pattern of the action matches).
+    pub fn check(
+        &self,
+        credentials: Credentials<'_>,
+        thread: &ThreadId,
+        action: Action,
+    ) -> Result<Granted, ApiError> {
+        let token = self
+            .token(credentials)
+            .ok_or_else(|| unauthorized("a bearer token is required", false))?;
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| unauthorized(&format!("malformed token: {e}"), true))?;
+        let (key, validation) = match header.alg {
+            Algorithm::HS256 => self.hs256.as_ref(),
+            Algorithm::RS256 => self.rs256.as_ref(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            unauthorized(
+                &format!("tokens signed with {:?} are not accepted", header.alg),
+                true,
+            )
+        })?;
+        let claims = jsonwebtoken::decode::<Claims>(token, key, validation)
+            .map_err(|e| unauthorized(&format!("invalid token: {e}"), true))?
+            .claims;
+        let patterns = match action {
+            Action::Subscribe => &claims.agui.subscribe,
+            Action::Publish => &claims.agui.publish,
+        };
+        if !patterns.iter().any(|p| pattern_matches(p, thread.as_str())) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "the token does not allow {} on thread {thread}",
+                    action.as_str()
+                ),
+            )
+            .field(Some(format!("agui.{}", action.as_str()))));
+        }
+        Ok(Granted {
+            expires: claims.exp.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
+        })
+    }
+
+    /// The token: `Authorization: Bearer`, else `access_token`, else the cookie.
+    fn token<'a>(&self, c: Credentials<'a>) -> Option<&'a str> {
+        let bearer = c.authorization.and_then(|v| {
+            let v = std::str::from_utf8(v).ok()?.trim();
+            let (scheme, token) = v.split_once(' ')?;
+            // The scheme is case-insensitive (RFC 9110 §11.1).
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim())
+                .filter(|t| !t.is_empty())
+        });
+        bearer
+            .or(c.query_token.filter(|t| !t.is_empty()))
+            .or_else(|| {
+                c.cookies.iter().find_map(|header| {
+                    let header = std::str::from_utf8(header).ok()?;
+                    cookie::Cookie::split_parse(header)
+                        .filter_map(Result::ok)
+                        .find(|ck| ck.name() == self.cookie)
+                        // Borrowed from `header` (not from the parsed cookie).
+                        .and_then(|ck| ck.value_raw())
+                        .filter(|v| !v.is_empty())
+                })
+            })
+    }
+}
+
+/// Signs an HS256 token with `secret` whose `agui` claim allows `subscribe` and `publish`
+/// (patterns, as above), expiring after `ttl` (`None`: no `exp`). For tests and development
+/// (`agui-fanout token`); production tokens come from the application's own issuer.
+///
+/// # Errors
+/// The `jsonwebtoken` crate's, when signing fails.
+pub fn issue_hs256(
+    secret: &str,
+    subscribe: &[String],
+    publish: &[String],
+    ttl: Option<Duration>,
+) -> Result<String, jsonwebtoken::errors::Error> {
+    let mut claims = serde_json::json!({"agui": {"subscribe": subscribe, "publish": publish}});
+    if let Some(ttl) = ttl {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        claims["exp"] = (now + ttl).as_secs().into();
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+}
+
+/// Whether `pattern` (a thread id, or a prefix ending in `*`) covers `thread`.
+fn pattern_matches(pattern: &str, thread: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => thread.starts_with(prefix),
+        None => pattern == thread,
+    }
+}
+
+/// 401 with `WWW-Authenticate: Bearer` (RFC 6750 §3; `error="invalid_token"` when a token was
+/// given).
+fn unauthorized(message: &str, token_given: bool) -> ApiError {
+    let challenge = if token_given {
+        "Bearer error=\"invalid_token\""
+    } else {
+        "Bearer"
+    };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).challenge(challenge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert!(pattern_matches("*", "anything"));
+        assert!(pattern_matches("team-a/*", "team-a/x"));
+        assert!(pattern_matches("team-a*", "team-a"));
+        assert!(!pattern_matches("team-a/*", "team-b/x"));
+        assert!(pattern_matches("t1", "t1"));
+        assert!(!pattern_matches("t1", "t10"));
+        assert!(!pattern_matches("", "t1"));
+    }
+
+    /// What `agui-fanout token` prints is accepted for exactly what it names.
+    #[test]
+    fn issued_tokens_verify() {
+        let config = AuthConfig {
+            hs256_secret: "s".into(),
+            ..AuthConfig::default()
+        };
+        let auth = Auth::from_config(&config).unwrap().expect("on");
+        let token = issue_hs256(
+            "s",
+            &["t-*".into()],
+            &["t-1".into()],
+            Some(Duration::from_secs(60)),
+        )
+        .unwrap();
+        let creds = Credentials {
+            authorization: Some(format!("bearer {token}").into_bytes().leak()),
+            ..Credentials::default()
+        };
+        let thread = |t: &str| ThreadId::parse(t).unwrap();
+        let granted = auth
+            .check(creds, &thread("t-2"), Action::Subscribe)
+            .unwrap();
+        let left = granted
+            .expires
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap();
+        assert!(left <= Duration::from_secs(60) && left >= Duration::from_secs(58));
+        assert!(auth.check(creds, &thread("t-1"), Action::Publish).is_ok());
+        let refused = auth
+            .check(creds, &thread("t-2"), Action::Publish)
+            .unwrap_err();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        let forever = issue_hs256("s", &[], &["*".into()], None).unwrap();
+        let creds = Credentials {
+            query_token: Some(&forever),
+            ..Credentials::default()
+        };
+        let granted = auth.check(creds, &thread("x"), Action::Publish).unwrap();
+        assert_eq!(granted.expires, None);
+    }
+}
