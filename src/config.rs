@@ -28,6 +28,15 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "shutdown",
 ];
 
+/// Environment variables (after `AGUI_`) taken verbatim as strings, not parsed as values the
+/// way figment parses the others: keys, where `12345` must stay a string, surrounding spaces
+/// and quotes belong to the secret, and a parse error must not echo the value.
+type Field = fn(&mut Config) -> &mut String;
+const VERBATIM_ENV: [(&str, Field); 2] = [
+    ("AUTH__HS256_SECRET", |c| &mut c.auth.hs256_secret),
+    ("AUTH__RS256_PUBLIC_KEY", |c| &mut c.auth.rs256_public_key),
+];
+
 /// The whole broker configuration. Every field has a default, so an empty file is valid.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -331,6 +340,9 @@ impl Config {
                 .filter(|k| {
                     let top = k.as_str().split("__").next().unwrap_or("");
                     TOP_LEVEL_KEYS.iter().any(|t| top.eq_ignore_ascii_case(t))
+                        && !VERBATIM_ENV
+                            .iter()
+                            .any(|(v, _)| k.as_str().eq_ignore_ascii_case(v))
                 })
                 .split("__"),
         );
@@ -343,7 +355,16 @@ impl Config {
         if overrides.insecure {
             fig = fig.merge(("insecure", true));
         }
-        let config: Config = fig.extract().map_err(Box::new)?;
+        let mut config: Config = fig.extract().map_err(Box::new)?;
+        for (var, field) in VERBATIM_ENV {
+            match std::env::var(format!("AGUI_{var}")) {
+                Ok(value) => *field(&mut config) = value,
+                Err(std::env::VarError::NotPresent) => {}
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(ConfigError::Invalid(format!("AGUI_{var} is not UTF-8")));
+                }
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -380,6 +401,10 @@ impl Config {
         if self.auth.enabled() && self.auth.cookie.is_empty() {
             return bad("auth.cookie must not be empty");
         }
+        // RFC 7518 §3.2: an HS256 key must be at least as long as the hash, 256 bits.
+        if !self.auth.hs256_secret.is_empty() && self.auth.hs256_secret.len() < 32 {
+            return bad("auth.hs256_secret must be at least 32 bytes (RFC 7518 §3.2)");
+        }
         let any_origin = self.cors.allow_origins.iter().any(|o| o == "*");
         if any_origin && self.cors.allow_origins.len() > 1 {
             return bad("cors.allow_origins: \"*\" must be the only entry");
@@ -393,6 +418,7 @@ impl Config {
         if let Some(o) = self.cors.allow_origins.iter().find(|o| {
             *o != "*"
                 && (o.ends_with('/')
+                    || o.contains(char::is_whitespace)
                     || !(o.starts_with("http://") || o.starts_with("https://"))
                     || axum::http::HeaderValue::from_str(o).is_err())
         }) {
@@ -486,6 +512,19 @@ mod tests {
             let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();
             assert_eq!(c.listen.port(), 2);
             assert_eq!(c.redis_url, "");
+            // Keys are taken verbatim: digits stay a string, spaces and quotes stay.
+            let secret = " \"12345678901234567890123456789012\" ";
+            jail.set_env("AGUI_AUTH__HS256_SECRET", secret);
+            let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.auth.hs256_secret, secret);
+            jail.set_env("AGUI_AUTH__HS256_SECRET", "12345");
+            let e = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap_err();
+            assert!(e.to_string().contains("at least 32 bytes"), "{e}");
+            assert!(
+                !e.to_string().contains("12345"),
+                "the secret is not echoed: {e}"
+            );
+            jail.set_env("AGUI_AUTH__HS256_SECRET", "");
             jail.create_file("bad.toml", "[queue]\nmax_evnts = 5\n")?;
             assert!(Config::load(Some(Path::new("bad.toml")), &Overrides::default()).is_err());
             Ok(())

@@ -480,3 +480,104 @@ async fn cors_headers_are_the_same_on_both_paths() {
     }
     server.stop().await;
 }
+
+/// Claims of the wrong shape are refused, not ignored (found by an adversarial pass): with an
+/// audience and an issuer configured, `aud` and `iss` must be there and match (`aud` a string
+/// or an array of strings); without an audience, any `aud` is refused. An `exp` beyond what
+/// the clock represents is a 401, not a panic. A `crit` header is refused. A quoted cookie
+/// value is the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_claims_are_refused() {
+    let server = broker::start(|c| {
+        c.auth.hs256_secret = SECRET.into();
+        c.auth.audience = "aud1".into();
+        c.auth.issuer = "iss1".into();
+        c.strict_order = false;
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("auth-claims");
+    let with = |extra: Value| {
+        let mut claims = json!({"agui": {"publish": ["*"], "subscribe": ["*"]}});
+        for (k, v) in extra.as_object().unwrap() {
+            claims[k] = v.clone();
+        }
+        hs256(&claims)
+    };
+    for (what, extra, want) in [
+        ("matching", json!({"aud": "aud1", "iss": "iss1"}), 200),
+        (
+            "aud in an array",
+            json!({"aud": ["x", "aud1"], "iss": "iss1"}),
+            200,
+        ),
+        ("no aud, no iss", json!({}), 401),
+        ("no aud", json!({"iss": "iss1"}), 401),
+        ("no iss", json!({"aud": "aud1"}), 401),
+        ("aud a number", json!({"aud": 1, "iss": "iss1"}), 401),
+        ("aud null", json!({"aud": null, "iss": "iss1"}), 401),
+        (
+            "aud with a number",
+            json!({"aud": ["aud1", 1], "iss": "iss1"}),
+            401,
+        ),
+        ("iss an object", json!({"aud": "aud1", "iss": {}}), 401),
+        (
+            "iss in an array",
+            json!({"aud": "aud1", "iss": ["iss1"]}),
+            401,
+        ),
+        (
+            "exp = 2^63",
+            json!({"aud": "aud1", "iss": "iss1", "exp": 1u64 << 63}),
+            401,
+        ),
+    ] {
+        let (s, body) = publish(&base, &thread, Some(&with(extra)), "").await;
+        assert_eq!(s, want, "{what}: {body}");
+    }
+    // A critical header parameter the broker cannot understand.
+    let mut header = Header::new(Algorithm::HS256);
+    header.crit = Some(vec!["exp".into()]);
+    let claims = json!({"aud": "aud1", "iss": "iss1", "agui": {"publish": ["*"]}});
+    let crit = jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(publish(&base, &thread, Some(&crit), "").await.0, 401);
+    // A quoted cookie value, after an empty cookie of the same name.
+    let good = with(json!({"aud": "aud1", "iss": "iss1"}));
+    let req = subscribe_request(
+        &thread,
+        "?from=start",
+        false,
+        &format!("Cookie: agui_token=; agui_token=\"{good}\"\r\n"),
+    );
+    let resp = exchange(server.addr, &req, "\"CUSTOM\"").await;
+    assert_eq!(status(&resp), 200, "{resp}");
+    // An `exp` centuries ahead: a stream that does not end (and no overflow).
+    let far = with(json!({"aud": "aud1", "iss": "iss1", "exp": i64::MAX as u64}));
+    for hyper in [false, true] {
+        let extra = format!("Authorization: Bearer {far}\r\n");
+        let req = subscribe_request(&thread, "?from=start", hyper, &extra);
+        let resp = exchange(server.addr, &req, "\"CUSTOM\"").await;
+        assert_eq!(status(&resp), 200, "hyper {hyper}: {resp}");
+        assert!(resp.contains("\"CUSTOM\""), "hyper {hyper}: {resp}");
+    }
+
+    // Without an audience configured, a token with any `aud` is refused.
+    let plain = hs256_broker().await;
+    let base = broker::base(plain.addr);
+    for aud in [json!("x"), json!(1), json!(null), json!([])] {
+        let (s, body) = publish(&base, &thread, Some(&with(json!({"aud": aud}))), "").await;
+        assert_eq!(s, 401, "aud {aud}: {body}");
+    }
+    assert_eq!(
+        publish(&base, &thread, Some(&with(json!({}))), "").await.0,
+        200
+    );
+    plain.stop().await;
+    server.stop().await;
+}

@@ -70,15 +70,28 @@ pub struct Auth {
     hs256: Option<(DecodingKey, Validation)>,
     rs256: Option<(DecodingKey, Validation)>,
     cookie: String,
+    audience: Option<String>,
+    issuer: Option<String>,
 }
 
-/// The claims the broker reads; any others are ignored.
+/// The claims the broker reads; any others are ignored. `aud` and `iss` are kept as given
+/// (present or not, any JSON type), so that a malformed one is refused rather than ignored.
 #[derive(Deserialize)]
 struct Claims {
     #[serde(default)]
     exp: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    aud: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    iss: Option<serde_json::Value>,
     #[serde(default)]
     agui: Grants,
+}
+
+/// `Some` for a member that is present, `null` included (`#[serde(default)]` gives `None` for
+/// an absent one).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 /// The `agui` claim.
@@ -97,6 +110,9 @@ impl Auth {
     /// # Errors
     /// A message naming `auth.rs256_public_key` when it is not an RSA public key in PEM.
     pub fn from_config(config: &AuthConfig) -> Result<Option<Auth>, String> {
+        if config.rs256_public_key.contains("PRIVATE KEY") {
+            return Err("auth.rs256_public_key holds a private key; give the public key".into());
+        }
         let validation = |alg| {
             let mut v = Validation::new(alg);
             // `exp` is checked when present, not required (as Centrifugo and Mercure do).
@@ -133,6 +149,8 @@ impl Auth {
             hs256,
             rs256,
             cookie: config.cookie.clone(),
+            audience: (!config.audience.is_empty()).then(|| config.audience.clone()),
+            issuer: (!config.issuer.is_empty()).then(|| config.issuer.clone()),
         }))
     }
 
@@ -152,6 +170,13 @@ impl Auth {
             .ok_or_else(|| unauthorized("a bearer token is required", false))?;
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| unauthorized(&format!("malformed token: {e}"), true))?;
+        // Critical extensions must be understood (RFC 7515 §4.1.11): the broker knows none.
+        if header.crit.is_some() {
+            return Err(unauthorized(
+                "the token names critical header parameters (crit), none of which are supported",
+                true,
+            ));
+        }
         let (key, validation) = match header.alg {
             Algorithm::HS256 => self.hs256.as_ref(),
             Algorithm::RS256 => self.rs256.as_ref(),
@@ -166,6 +191,16 @@ impl Auth {
         let claims = jsonwebtoken::decode::<Claims>(token, key, validation)
             .map_err(|e| unauthorized(&format!("invalid token: {e}"), true))?
             .claims;
+        self.check_audience_and_issuer(&claims)?;
+        // An `exp` beyond what the clock can represent is not a date.
+        let expires = match claims.exp {
+            None => None,
+            Some(s) => Some(
+                UNIX_EPOCH
+                    .checked_add(Duration::from_secs(s))
+                    .ok_or_else(|| unauthorized("invalid token: exp out of range", true))?,
+            ),
+        };
         let patterns = match action {
             Action::Subscribe => &claims.agui.subscribe,
             Action::Publish => &claims.agui.publish,
@@ -181,9 +216,34 @@ impl Auth {
             )
             .field(Some(format!("agui.{}", action.as_str()))));
         }
-        Ok(Granted {
-            expires: claims.exp.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
-        })
+        Ok(Granted { expires })
+    }
+
+    /// `aud` (RFC 7519 §4.1.3): with an audience configured, a string equal to it or an array
+    /// of strings holding it; without, absent. `iss` (§4.1.1): with an issuer configured, a
+    /// string equal to it. Checked here rather than left to the library, which lets a claim
+    /// of the wrong JSON type pass as absent.
+    fn check_audience_and_issuer(&self, claims: &Claims) -> Result<(), ApiError> {
+        let aud_ok = match (&self.audience, &claims.aud) {
+            (None, None) => true,
+            (None, Some(_)) => false,
+            (Some(_), None) => false,
+            (Some(want), Some(serde_json::Value::String(got))) => got == want,
+            (Some(want), Some(serde_json::Value::Array(items))) => {
+                items.iter().all(serde_json::Value::is_string)
+                    && items.iter().any(|i| i.as_str() == Some(want))
+            }
+            (Some(_), Some(_)) => false,
+        };
+        if !aud_ok {
+            return Err(unauthorized("invalid token: audience (aud)", true));
+        }
+        if let Some(want) = &self.issuer
+            && claims.iss.as_ref().and_then(serde_json::Value::as_str) != Some(want)
+        {
+            return Err(unauthorized("invalid token: issuer (iss)", true));
+        }
+        Ok(())
     }
 
     /// The token: `Authorization: Bearer`, else `access_token`, else the cookie.
@@ -204,10 +264,16 @@ impl Auth {
                     let header = std::str::from_utf8(header).ok()?;
                     cookie::Cookie::split_parse(header)
                         .filter_map(Result::ok)
-                        .find(|ck| ck.name() == self.cookie)
+                        .filter(|ck| ck.name() == self.cookie)
                         // Borrowed from `header` (not from the parsed cookie).
-                        .and_then(|ck| ck.value_raw())
-                        .filter(|v| !v.is_empty())
+                        .filter_map(|ck| ck.value_raw())
+                        // A cookie value may be quoted (RFC 6265 §4.1.1).
+                        .map(|v| {
+                            v.strip_prefix('"')
+                                .and_then(|v| v.strip_suffix('"'))
+                                .unwrap_or(v)
+                        })
+                        .find(|v| !v.is_empty())
                 })
             })
     }

@@ -234,53 +234,76 @@ fn parse_subscribe(bytes: &[u8]) -> Option<SubscribeRequest> {
 }
 
 /// Serves a subscribe request on the raw socket (see the module docs).
-async fn serve_subscribe(mut stream: TcpStream, mut req: SubscribeRequest, state: AppState) {
-    // Consume the head that `route` only peeked at.
+async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppState) {
+    // Boxed: a task is as large as its largest state. Reading the head, checking the token and
+    // opening (the hub, the log) are done before the stream starts, so their state must not
+    // stay part of the task for the stream's lifetime (idle memory per subscriber).
+    let Some((stream, head, opened)) = Box::pin(start_subscribe(stream, req, state)).await else {
+        return;
+    };
+    let Opened::Stream {
+        queue,
+        prefix,
+        guard,
+        settings,
+    } = opened
+    else {
+        return;
+    };
+    sse::write_socket(stream, head, queue, prefix, settings, guard).await
+}
+
+/// Everything of a front-served subscribe before its stream: consumes the head `route` only
+/// peeked at, checks the token (SPEC §8), opens the subscription. Answers by itself what is
+/// not a stream (an error, the backend being down) and returns `None` then; else the socket,
+/// the response head (with the CORS headers) and the opened stream.
+async fn start_subscribe(
+    mut stream: TcpStream,
+    req: SubscribeRequest,
+    state: AppState,
+) -> Option<(TcpStream, Bytes, Opened)> {
     let mut head = vec![0u8; req.head_len];
     if stream.read_exact(&mut head).await.is_err() {
-        return;
+        return None;
     }
     drop(head);
     set_send_buffer(&stream, state.config.sse.send_buffer);
-    // Taken out of `req`: what a stream keeps for its lifetime stays small.
-    let cors = cors::stream_headers(&state.config.cors, req.origin.take().as_deref());
-    let (authorization, cookie) = (req.authorization.take(), req.cookie.take());
+    let cors = cors::stream_headers(&state.config.cors, req.origin.as_deref());
     let checked = subscribe::authorize_front(
         &state,
         &req.thread,
-        authorization.as_deref(),
-        cookie.as_deref(),
+        req.authorization.as_deref(),
+        req.cookie.as_deref(),
         &req.query,
     );
-    drop((authorization, cookie));
     let expires = match checked {
         Ok(expires) => expires,
-        Err(e) => return write_response(stream, e.into_response(), &cors).await,
+        Err(e) => {
+            write_response(stream, e.into_response(), &cors).await;
+            return None;
+        }
     };
-    // Boxed, for the same reason: opening (the hub, the log) is done before the stream is
-    // written, and its future must not stay part of the task for the stream's lifetime.
-    let opened = Box::pin(subscribe::open(
+    let opened = subscribe::open(
         &state,
         &req.thread,
         req.last_event_id.as_deref(),
         req.query,
         expires,
-    ))
+    )
     .await;
     match opened {
-        Ok(Opened::Stream {
-            queue,
-            prefix,
-            guard,
-            settings,
-        }) => sse::write_socket(stream, sse_head(&cors), queue, prefix, settings, guard).await,
+        Ok(opened @ Opened::Stream { .. }) => Some((stream, sse_head(&cors), opened)),
         Ok(Opened::Unavailable(body)) => {
             let mut out = sse_head(&cors).to_vec();
             out.extend_from_slice(&body);
             let _ = stream.write_all(&out).await;
             let _ = stream.shutdown().await;
+            None
         }
-        Err(e) => write_response(stream, e.into_response(), &cors).await,
+        Err(e) => {
+            write_response(stream, e.into_response(), &cors).await;
+            None
+        }
     }
 }
 

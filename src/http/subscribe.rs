@@ -172,9 +172,10 @@ pub(crate) async fn open(
         retry_ms: state.config.sse.retry_ms,
         heartbeat: state.config.sse.heartbeat,
         write_timeout: state.config.sse.write_timeout,
-        ends_at: expires.map(|at| {
+        // An expiry too far ahead for the clock (centuries) is no end.
+        ends_at: expires.and_then(|at| {
             let left = at.duration_since(SystemTime::now()).unwrap_or_default();
-            tokio::time::Instant::now() + left
+            tokio::time::Instant::now().checked_add(left)
         }),
     };
     let sub = match state.hub.subscribe(&thread, start).await {
