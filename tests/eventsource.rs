@@ -2,7 +2,10 @@
 //! cut mid-stream by a TCP proxy several times, must reconnect by itself with `Last-Event-ID`
 //! and receive every event exactly once, in order (SPEC §4.1, §4.2). The client side lives in
 //! `tests/node/eventsource-resume.mjs`; this test starts the broker and runs it, once per log
-//! backend.
+//! backend. The same client with its token in `?access_token=` (SPEC §8,
+//! `tests/node/eventsource-auth.mjs`): refused, it stays closed; with a token that expires
+//! while events flow, it gets every event until the broker ends the stream, and its own
+//! reconnect is refused.
 
 mod common;
 
@@ -115,4 +118,55 @@ async fn eventsource_resumes_through_cuts_redis() {
         .query_async(&mut conn)
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventsource_with_an_access_token_stops_when_it_expires() {
+    use agui_fanout::http::auth::issue_hs256;
+    const SECRET: &str = "eventsource-test-secret-0123456789";
+    let server = broker::start(|c| {
+        c.sse.retry_ms = 100;
+        c.auth.hs256_secret = SECRET.into();
+    })
+    .await;
+    let thread = broker::thread_id("es-auth");
+    let hour = Some(Duration::from_secs(3600));
+    let token = |sub: &[&str], publ: &[&str], ttl| {
+        let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        issue_hs256(SECRET, &v(sub), &v(publ), ttl).unwrap()
+    };
+    let publisher = token(&[], &[&thread], hour);
+    let refused = token(&[], &[&thread], hour); // no subscribe grant: 403
+    // `exp` has a one-second resolution: the stream ends 2 to 3 s after it opens.
+    let short = token(&[&thread], &[], Some(Duration::from_secs(3)));
+    let dir = node_dir();
+    assert!(
+        dir.join("node_modules/eventsource/package.json").exists(),
+        "tests/node/node_modules is missing: run `npm ci --prefix tests/node` first"
+    );
+    let child = tokio::process::Command::new("node")
+        .arg(dir.join("eventsource-auth.mjs"))
+        .args([broker::base(server.addr), thread, publisher, refused, short])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `node` (Node.js 20+ is needed): {e}"));
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("eventsource-auth.mjs did not finish within 30 s")
+        .expect("wait for node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "eventsource-auth.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {stdout}"));
+    let ended = summary["endedAfterMs"].as_u64().unwrap();
+    assert!((1_500..=6_000).contains(&ended), "{summary}");
+    server.stop().await;
 }

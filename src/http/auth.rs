@@ -118,6 +118,11 @@ impl Auth {
             // `exp` is checked when present, not required (as Centrifugo and Mercure do).
             v.required_spec_claims.clear();
             v.leeway = 0;
+            // Valid strictly before `exp` (RFC 7519 §4.1.4: "before"); the library's check is
+            // in whole seconds and lets a token through during the second of `exp` itself,
+            // when a stream opened with it has already ended (a client would reconnect in a
+            // loop for that second).
+            v.reject_tokens_expiring_in_less_than = 1;
             v.validate_nbf = true;
             if !config.audience.is_empty() {
                 v.set_audience(&[&config.audience]);
