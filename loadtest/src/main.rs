@@ -77,6 +77,10 @@ pub struct Common {
     /// Exit 0 even when a correctness check failed.
     #[arg(long, global = true)]
     pub no_fail: bool,
+    /// A bearer token sent with every publish and subscribe (`Authorization: Bearer`), for a
+    /// broker with authentication on (SPEC §8); `agui-fanout token` makes one.
+    #[arg(long, global = true)]
+    pub bearer: Option<String>,
 }
 
 /// Publishing and measuring options of the streaming scenarios.

@@ -25,6 +25,8 @@ pub struct Target {
     pub host: String,
     /// A path prefix from the URL (empty or `/something`, no trailing slash).
     pub prefix: String,
+    /// A bearer token sent with every request (`--bearer`), for a broker with authentication.
+    pub bearer: Option<String>,
 }
 
 impl Target {
@@ -59,6 +61,7 @@ impl Target {
             addr,
             host: authority.to_string(),
             prefix: path.trim_end_matches('/').to_string(),
+            bearer: None,
         })
     }
 
@@ -153,6 +156,8 @@ fn bind_address_no_port(socket: &TcpSocket) {
 pub struct HttpConn {
     sender: SendRequest<Full<Bytes>>,
     host: String,
+    /// `Authorization` header value, if any.
+    authorization: Option<String>,
 }
 
 /// A response: status and whole body.
@@ -180,6 +185,7 @@ impl HttpConn {
         Ok(HttpConn {
             sender,
             host: target.host.clone(),
+            authorization: target.bearer.as_ref().map(|t| format!("Bearer {t}")),
         })
     }
 
@@ -201,6 +207,9 @@ impl HttpConn {
             .header(hyper::header::HOST, &self.host);
         if let Some(ct) = content_type {
             req = req.header(hyper::header::CONTENT_TYPE, ct);
+        }
+        if let Some(a) = &self.authorization {
+            req = req.header(hyper::header::AUTHORIZATION, a);
         }
         let resp = self.sender.send_request(req.body(Full::new(body))?).await?;
         let status = resp.status().as_u16();

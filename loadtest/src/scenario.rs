@@ -41,7 +41,8 @@ pub struct Ctx {
 pub async fn run(cli: Cli, workers: usize) -> Result<bool> {
     let (nofile_before, nofile_after) = procfs::raise_nofile();
     let common = cli.common.clone();
-    let target = Target::parse(&common.url)?;
+    let mut target = Target::parse(&common.url)?;
+    target.bearer = common.bearer.clone();
     let sources = Arc::new(Sources::new(&target.addr, common.source_addrs));
     let probe = Probe::new(common.broker_pid)?;
     crate::net::connect(target.addr, None)

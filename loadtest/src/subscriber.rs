@@ -456,6 +456,11 @@ async fn open(shared: &Shared, path: &str, last_id: &[u8]) -> Result<Conn, Strin
         "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n",
         shared.target.host
     );
+    if let Some(t) = &shared.target.bearer {
+        req.push_str("Authorization: Bearer ");
+        req.push_str(t);
+        req.push_str("\r\n");
+    }
     if !last_id.is_empty() {
         req.push_str("Last-Event-ID: ");
         req.push_str(&String::from_utf8_lossy(last_id));
