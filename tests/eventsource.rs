@@ -24,46 +24,49 @@ fn node_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node")
 }
 
-/// Runs the node script against `server` and asserts it succeeds and the log holds its events;
-/// returns the thread id.
-async fn run_resume_script(server: &Server, tag: &str) -> String {
+/// Runs `tests/node/<script>` with `args`, asserts it exits 0 within `limit`, and returns the
+/// JSON summary it prints last.
+async fn run_node_script(script: &str, args: &[String], limit: Duration) -> serde_json::Value {
     let dir = node_dir();
     assert!(
         dir.join("node_modules/eventsource/package.json").exists(),
         "tests/node/node_modules is missing: run `npm ci --prefix tests/node` first \
          (scripts/test.sh does it)"
     );
-    let base = broker::base(server.addr);
-    let thread = broker::thread_id(tag);
     let child = tokio::process::Command::new("node")
-        .arg(dir.join("eventsource-resume.mjs"))
-        .arg(&base)
-        .arg(&thread)
-        .arg(EVENTS.to_string())
+        .arg(dir.join(script))
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run `node` (Node.js 20+ is needed): {e}"));
-    let output = tokio::time::timeout(Duration::from_secs(40), child.wait_with_output())
+    let output = tokio::time::timeout(limit, child.wait_with_output())
         .await
-        .expect("eventsource-resume.mjs did not finish within 40 s")
+        .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
         .expect("wait for node");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "eventsource-resume.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        "{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         output.status
     );
-    let summary: serde_json::Value = serde_json::from_str(
-        stdout
-            .lines()
-            .last()
-            .expect("the script prints a JSON summary"),
-    )
-    .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {stdout}"));
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{script}: summary is not JSON ({e}): {stdout}"))
+}
+
+/// Runs the resume script against `server` and asserts it succeeds and the log holds its
+/// events; returns the thread id.
+async fn run_resume_script(server: &Server, tag: &str) -> String {
+    let thread = broker::thread_id(tag);
+    let args = [
+        broker::base(server.addr),
+        thread.clone(),
+        EVENTS.to_string(),
+    ];
+    let summary = run_node_script("eventsource-resume.mjs", &args, Duration::from_secs(40)).await;
     assert_eq!(summary["ok"], true, "{summary}");
     assert_eq!(summary["events"], EVENTS, "{summary}");
     assert!(
@@ -139,33 +142,8 @@ async fn eventsource_with_an_access_token_stops_when_it_expires() {
     let refused = token(&[], &[&thread], hour); // no subscribe grant: 403
     // `exp` has a one-second resolution: the stream ends 2 to 3 s after it opens.
     let short = token(&[&thread], &[], Some(Duration::from_secs(3)));
-    let dir = node_dir();
-    assert!(
-        dir.join("node_modules/eventsource/package.json").exists(),
-        "tests/node/node_modules is missing: run `npm ci --prefix tests/node` first"
-    );
-    let child = tokio::process::Command::new("node")
-        .arg(dir.join("eventsource-auth.mjs"))
-        .args([broker::base(server.addr), thread, publisher, refused, short])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run `node` (Node.js 20+ is needed): {e}"));
-    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("eventsource-auth.mjs did not finish within 30 s")
-        .expect("wait for node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "eventsource-auth.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {stdout}"));
+    let args = [broker::base(server.addr), thread, publisher, refused, short];
+    let summary = run_node_script("eventsource-auth.mjs", &args, Duration::from_secs(30)).await;
     let ended = summary["endedAfterMs"].as_u64().unwrap();
     assert!((1_500..=6_000).contains(&ended), "{summary}");
     server.stop().await;
