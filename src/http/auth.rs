@@ -10,11 +10,12 @@
 //!   A pattern is a thread id, or a prefix ending in `*` (`"*"` alone: every thread).
 //!   `subscribe` also allows the thread's snapshot (it is what a subscriber gets as a
 //!   prelude).
-//! - **Standard claims**: `exp` (seconds since the epoch) is checked when present, without
-//!   leeway; a stream opened with a token that has one ends when it expires (the client
-//!   reconnects with its `Last-Event-ID` and a fresh token). `nbf` is checked when present.
-//!   With `auth.audience` / `auth.issuer` set, `aud` / `iss` must match; a token carrying an
-//!   `aud` is refused when no audience is configured (RFC 7519 §4.1.3).
+//! - **Standard claims**: a token with an `exp` (seconds since the epoch) is valid strictly
+//!   before it, without leeway (RFC 7519 §4.1.4); a stream opened with it ends at that moment
+//!   (the client reconnects with its `Last-Event-ID` and a fresh token). `nbf` is checked
+//!   when present. With `auth.audience` / `auth.issuer` set, `aud` / `iss` must be present and
+//!   match; a token carrying an `aud` is refused when no audience is configured (RFC 7519
+//!   §4.1.3). A header with `crit` is refused (RFC 7515 §4.1.11).
 //! - **Errors**: no token, or one that does not verify: 401 `unauthorized` with
 //!   `WWW-Authenticate: Bearer` (RFC 6750 §3); a valid token that does not allow the action on
 //!   the thread: 403 `forbidden`.

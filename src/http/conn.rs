@@ -241,6 +241,7 @@ async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppSta
     let Some((stream, head, opened)) = Box::pin(start_subscribe(stream, req, state)).await else {
         return;
     };
+    // `start_subscribe` answers `Unavailable` itself: only a stream comes back.
     let Opened::Stream {
         queue,
         prefix,
