@@ -26,8 +26,10 @@ use super::ApiError;
 use crate::config::AuthConfig;
 use crate::event::ThreadId;
 use axum::http::StatusCode;
+use dashmap::DashMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a request wants to do with a thread.
@@ -73,6 +75,25 @@ pub struct Auth {
     cookie: String,
     audience: Option<String>,
     issuer: Option<String>,
+    /// Tokens that verified, by their exact text. Why: a producer sends the same token with
+    /// every publish, and an RS256 verification costs about 200 µs of CPU where the rest of a
+    /// publish costs about 30 (`loadtest/REPORT.md`). Only the signature and the static claims
+    /// are remembered: `exp` and `nbf` are checked against the clock on every use. Cleared
+    /// whole when it reaches [`VERIFIED_MAX`] entries.
+    verified: DashMap<Box<str>, Arc<Verified>>,
+}
+
+/// Most tokens [`Auth`] remembers (about 1 KB each).
+const VERIFIED_MAX: usize = 10_000;
+
+/// What a verified token says.
+struct Verified {
+    /// `exp` and `nbf`, seconds since the epoch.
+    exp: Option<u64>,
+    nbf: Option<u64>,
+    /// `exp` as a time (in range: checked when verified).
+    expires: Option<SystemTime>,
+    grants: Grants,
 }
 
 /// The claims the broker reads; any others are ignored. `aud` and `iss` are kept as given
@@ -81,6 +102,8 @@ pub struct Auth {
 struct Claims {
     #[serde(default)]
     exp: Option<u64>,
+    #[serde(default)]
+    nbf: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     aud: Option<serde_json::Value>,
     #[serde(default, deserialize_with = "present")]
@@ -157,6 +180,7 @@ impl Auth {
             cookie: config.cookie.clone(),
             audience: (!config.audience.is_empty()).then(|| config.audience.clone()),
             issuer: (!config.issuer.is_empty()).then(|| config.issuer.clone()),
+            verified: DashMap::new(),
         }))
     }
 
@@ -174,6 +198,50 @@ impl Auth {
         let token = self
             .token(credentials)
             .ok_or_else(|| unauthorized("a bearer token is required", false))?;
+        let verified = match self.verified.get(token) {
+            Some(v) => v.clone(),
+            None => {
+                let v = Arc::new(self.verify(token)?);
+                if self.verified.len() >= VERIFIED_MAX {
+                    self.verified.clear();
+                }
+                self.verified.insert(token.into(), v.clone());
+                v
+            }
+        };
+        // As the library checks them on a first use: valid strictly before `exp`, from `nbf`.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if verified.exp.is_some_and(|exp| now >= exp) {
+            return Err(unauthorized("invalid token: ExpiredSignature", true));
+        }
+        if verified.nbf.is_some_and(|nbf| nbf > now) {
+            return Err(unauthorized("invalid token: ImmatureSignature", true));
+        }
+        let patterns = match action {
+            Action::Subscribe => &verified.grants.subscribe,
+            Action::Publish => &verified.grants.publish,
+        };
+        if !patterns.iter().any(|p| pattern_matches(p, thread.as_str())) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "the token does not allow {} on thread {thread}",
+                    action.as_str()
+                ),
+            )
+            .field(Some(format!("agui.{}", action.as_str()))));
+        }
+        Ok(Granted {
+            expires: verified.expires,
+        })
+    }
+
+    /// Verifies a token not seen before: header, algorithm, signature, claims.
+    fn verify(&self, token: &str) -> Result<Verified, ApiError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| unauthorized(&format!("malformed token: {e}"), true))?;
         // Critical extensions must be understood (RFC 7515 §4.1.11): the broker knows none.
@@ -207,22 +275,12 @@ impl Auth {
                     .ok_or_else(|| unauthorized("invalid token: exp out of range", true))?,
             ),
         };
-        let patterns = match action {
-            Action::Subscribe => &claims.agui.subscribe,
-            Action::Publish => &claims.agui.publish,
-        };
-        if !patterns.iter().any(|p| pattern_matches(p, thread.as_str())) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "the token does not allow {} on thread {thread}",
-                    action.as_str()
-                ),
-            )
-            .field(Some(format!("agui.{}", action.as_str()))));
-        }
-        Ok(Granted { expires })
+        Ok(Verified {
+            exp: claims.exp,
+            nbf: claims.nbf,
+            expires,
+            grants: claims.agui,
+        })
     }
 
     /// `aud` (RFC 7519 §4.1.3): with an audience configured, a string equal to it or an array
@@ -386,5 +444,51 @@ mod tests {
         };
         let granted = auth.check(creds, &thread("x"), Action::Publish).unwrap();
         assert_eq!(granted.expires, None);
+    }
+
+    /// A remembered token is checked against the clock on every use, and only tokens that
+    /// verified are remembered.
+    #[test]
+    fn remembered_tokens_still_expire() {
+        let config = AuthConfig {
+            hs256_secret: "s".into(),
+            ..AuthConfig::default()
+        };
+        let auth = Auth::from_config(&config).unwrap().expect("on");
+        let t = ThreadId::parse("t").unwrap();
+        let token = issue_hs256("s", &[], &["*".into()], Some(Duration::from_secs(60))).unwrap();
+        let creds = Credentials {
+            query_token: Some(&token),
+            ..Credentials::default()
+        };
+        auth.check(creds, &t, Action::Publish).unwrap();
+        assert_eq!(auth.verified.len(), 1);
+        auth.check(creds, &t, Action::Publish).unwrap();
+        // The same token, now past its `exp` (as if a minute had gone by).
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let past = Verified {
+            exp: Some(now),
+            nbf: None,
+            expires: Some(UNIX_EPOCH + Duration::from_secs(now)),
+            grants: Grants {
+                subscribe: vec![],
+                publish: vec!["*".into()],
+            },
+        };
+        auth.verified.insert(token.as_str().into(), Arc::new(past));
+        let e = auth.check(creds, &t, Action::Publish).unwrap_err();
+        assert_eq!(e.status(), StatusCode::UNAUTHORIZED);
+        // A token that does not verify is not remembered.
+        let last = if token.ends_with('x') { 'y' } else { 'x' };
+        let forged = format!("{}{last}", &token[..token.len() - 1]);
+        let creds = Credentials {
+            query_token: Some(&forged),
+            ..Credentials::default()
+        };
+        assert!(auth.check(creds, &t, Action::Publish).is_err());
+        assert_eq!(auth.verified.len(), 1);
     }
 }
