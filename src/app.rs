@@ -122,6 +122,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         config.strict_order,
         config.retention.max_events,
     );
+    let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let state = AppState {
         config: Arc::new(config),
         log,
@@ -130,6 +131,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
         auth,
+        cors,
     };
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());

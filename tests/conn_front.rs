@@ -403,8 +403,9 @@ async fn publish_stalling_load(base: &str, t: &str) {
     }
 }
 
-/// Waits (at most 10 s) until the write-timeout counter is above `before`.
-async fn await_write_timeout(base: &str, before: f64) {
+/// Waits (at most 10 s) until the write-timeout counter is above `before`, then until the
+/// broker has closed `s` (what was in flight is still readable first).
+async fn await_write_timeout(base: &str, before: f64, s: &mut TcpStream) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while write_timeouts(base).await == before {
         assert!(
@@ -413,6 +414,12 @@ async fn await_write_timeout(base: &str, before: f64) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    read_until_closed(
+        s,
+        Duration::from_secs(10),
+        "the broker closed the connection",
+    )
+    .await;
 }
 
 /// A subscriber that stops reading: its queue is reset (every later event dropped until it
@@ -438,14 +445,7 @@ async fn a_subscriber_that_stops_reading_is_reset_then_disconnected() {
         "the stalled subscriber's queue is reset"
     );
     // The write timeout (1 s) ends the connection.
-    await_write_timeout(&base, before).await;
-    // What was in flight is still readable; then the stream ends.
-    read_until_closed(
-        &mut s,
-        Duration::from_secs(10),
-        "the broker closed the connection",
-    )
-    .await;
+    await_write_timeout(&base, before, &mut s).await;
 }
 
 /// The same rule on hyper's path (a subscribe with two `Last-Event-ID` fields goes there):
@@ -472,13 +472,7 @@ async fn a_stalled_subscriber_served_by_hyper_is_disconnected() {
         "not hyper's path: {head}"
     );
     publish_stalling_load(&base, &t).await;
-    await_write_timeout(&base, before).await;
-    read_until_closed(
-        &mut s,
-        Duration::from_secs(10),
-        "the broker closed the connection",
-    )
-    .await;
+    await_write_timeout(&base, before, &mut s).await;
 }
 
 #[tokio::test]

@@ -88,11 +88,10 @@ const VERIFIED_MAX: usize = 10_000;
 
 /// What a verified token says.
 struct Verified {
-    /// `exp` and `nbf`, seconds since the epoch.
-    exp: Option<u64>,
-    nbf: Option<u64>,
     /// `exp` as a time (in range: checked when verified).
     expires: Option<SystemTime>,
+    /// `nbf`, seconds since the epoch.
+    nbf: Option<u64>,
     grants: Grants,
 }
 
@@ -210,14 +209,12 @@ impl Auth {
             }
         };
         // As the library checks them on a first use: valid strictly before `exp`, from `nbf`.
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        if verified.exp.is_some_and(|exp| now >= exp) {
+        let now = SystemTime::now();
+        if verified.expires.is_some_and(|exp| now >= exp) {
             return Err(unauthorized("invalid token: ExpiredSignature", true));
         }
-        if verified.nbf.is_some_and(|nbf| nbf > now) {
+        let now_secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        if verified.nbf.is_some_and(|nbf| nbf > now_secs) {
             return Err(unauthorized("invalid token: ImmatureSignature", true));
         }
         let patterns = match action {
@@ -276,9 +273,8 @@ impl Auth {
             ),
         };
         Ok(Verified {
-            exp: claims.exp,
-            nbf: claims.nbf,
             expires,
+            nbf: claims.nbf,
             grants: claims.agui,
         })
     }
@@ -403,14 +399,21 @@ mod tests {
         assert!(!pattern_matches("", "t1"));
     }
 
+    /// A verifier of HS256 tokens signed with `secret`.
+    fn hs256_auth(secret: &str) -> Auth {
+        let config = AuthConfig {
+            hs256_secret: secret.into(),
+            ..AuthConfig::default()
+        };
+        Auth::from_config(&config)
+            .unwrap()
+            .expect("a key is set: on")
+    }
+
     /// What `agui-fanout token` prints is accepted for exactly what it names.
     #[test]
     fn issued_tokens_verify() {
-        let config = AuthConfig {
-            hs256_secret: "s".into(),
-            ..AuthConfig::default()
-        };
-        let auth = Auth::from_config(&config).unwrap().expect("on");
+        let auth = hs256_auth("s");
         let token = issue_hs256(
             "s",
             &["t-*".into()],
@@ -450,11 +453,7 @@ mod tests {
     /// verified are remembered.
     #[test]
     fn remembered_tokens_still_expire() {
-        let config = AuthConfig {
-            hs256_secret: "s".into(),
-            ..AuthConfig::default()
-        };
-        let auth = Auth::from_config(&config).unwrap().expect("on");
+        let auth = hs256_auth("s");
         let t = ThreadId::parse("t").unwrap();
         let token = issue_hs256("s", &[], &["*".into()], Some(Duration::from_secs(60))).unwrap();
         let creds = Credentials {
@@ -470,9 +469,8 @@ mod tests {
             .unwrap()
             .as_secs();
         let past = Verified {
-            exp: Some(now),
-            nbf: None,
             expires: Some(UNIX_EPOCH + Duration::from_secs(now)),
+            nbf: None,
             grants: Grants {
                 subscribe: vec![],
                 publish: vec!["*".into()],

@@ -20,6 +20,7 @@ use super::subscribe::{self, Opened, SSE_HEADERS, SubscribeQuery};
 use super::{AppState, cors};
 use crate::sse;
 use axum::Router;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -269,7 +270,7 @@ async fn start_subscribe(
     }
     drop(head);
     set_send_buffer(&stream, state.config.sse.send_buffer);
-    let cors = cors::stream_headers(&state.config.cors, req.origin.as_deref());
+    let cors = cors::stream_headers(state.cors.as_deref(), req.origin.as_deref()).await;
     let checked = subscribe::authorize_front(
         &state,
         &req.thread,
@@ -311,15 +312,13 @@ async fn start_subscribe(
 /// The response head of an event stream served by the front: `200`, the SSE headers, the
 /// CORS headers `cors` (see `cors::stream_headers`), `connection: close` (the body ends with
 /// the connection) and `date` (RFC 9110 §6.6.1).
-fn sse_head(cors: &[(&str, String)]) -> Bytes {
+fn sse_head(cors: &HeaderMap) -> Bytes {
     let mut head = String::with_capacity(192);
     head.push_str("HTTP/1.1 200 OK\r\n");
     for (name, value) in SSE_HEADERS {
         push_header(&mut head, name, value);
     }
-    for (name, value) in cors {
-        push_header(&mut head, name, value);
-    }
+    push_headers(&mut head, cors);
     end_head(&mut head);
     Bytes::from(head)
 }
@@ -332,6 +331,15 @@ fn end_head(head: &mut String) {
     head.push_str("\r\n");
 }
 
+/// Every header of `headers` whose value is visible ASCII.
+fn push_headers(head: &mut String, headers: &HeaderMap) {
+    for (name, value) in headers {
+        if let Ok(value) = value.to_str() {
+            push_header(head, name.as_str(), value);
+        }
+    }
+}
+
 fn push_header(head: &mut String, name: &str, value: &str) {
     head.push_str(name);
     head.push_str(": ");
@@ -341,7 +349,7 @@ fn push_header(head: &mut String, name: &str, value: &str) {
 
 /// Writes a complete (small: an error's JSON) response with the CORS headers `cors` and
 /// closes the connection.
-async fn write_response(mut stream: TcpStream, resp: Response, cors: &[(&str, String)]) {
+async fn write_response(mut stream: TcpStream, resp: Response, cors: &HeaderMap) {
     let (parts, body) = resp.into_parts();
     let body = body
         .collect()
@@ -353,15 +361,9 @@ async fn write_response(mut stream: TcpStream, resp: Response, cors: &[(&str, St
         parts.status.as_u16(),
         parts.status.canonical_reason().unwrap_or("")
     );
-    for (name, value) in &parts.headers {
-        // Header values an error response carries are visible ASCII (JSON type, numbers).
-        if let Ok(value) = value.to_str() {
-            push_header(&mut head, name.as_str(), value);
-        }
-    }
-    for (name, value) in cors {
-        push_header(&mut head, name, value);
-    }
+    // Header values an error response carries are visible ASCII (JSON type, numbers).
+    push_headers(&mut head, &parts.headers);
+    push_headers(&mut head, cors);
     push_header(&mut head, "content-length", &body.len().to_string());
     end_head(&mut head);
     let mut out = head.into_bytes();

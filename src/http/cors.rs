@@ -1,7 +1,8 @@
 //! CORS, the Fetch standard's CORS protocol (<https://fetch.spec.whatwg.org/#http-cors-protocol>),
 //! for browsers on other origins (SPEC §8): `tower-http`'s `CorsLayer` on the router (preflights
-//! and every response hyper serves), and [`stream_headers`], the same response headers for the
-//! event streams the connection front writes itself (`http::conn`).
+//! and every response hyper serves), and [`stream_headers`], which asks that same layer for the
+//! headers of the event streams the connection front writes itself (`http::conn`), so both
+//! paths answer alike.
 //!
 //! Allowed request headers (preflight): `Authorization`, `Content-Type`, `Last-Event-ID`,
 //! `X-Producer-Id`, `X-Producer-Seq`; methods `GET` and `POST`. Responses carry
@@ -9,15 +10,14 @@
 //! is on, so caches keep answers per origin.
 
 use crate::config::CorsConfig;
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
-use axum::http::{HeaderName, HeaderValue, Method};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
+use std::convert::Infallible;
+use tower::{Layer, ServiceExt, service_fn};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-/// The `Vary` value `tower-http` sets (its default), repeated by the front.
-const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
-
 /// The router's CORS layer; `None` when no origin is allowed (CORS off).
-pub(crate) fn layer(c: &CorsConfig) -> Option<CorsLayer> {
+pub fn layer(c: &CorsConfig) -> Option<CorsLayer> {
     if c.allow_origins.is_empty() {
         return None;
     }
@@ -49,28 +49,19 @@ pub(crate) fn layer(c: &CorsConfig) -> Option<CorsLayer> {
     )
 }
 
-/// The CORS response headers of a non-preflight response to a request from `origin` (the
-/// `Origin` header's value), as [`layer`] sets them: none when CORS is off; else `Vary`, the
-/// credentials flag when configured, and `Access-Control-Allow-Origin` when `origin` is
-/// allowed (`*` for any).
-pub(crate) fn stream_headers(c: &CorsConfig, origin: Option<&[u8]>) -> Vec<(&'static str, String)> {
-    if c.allow_origins.is_empty() {
-        return Vec::new();
+/// The CORS headers `layer` gives a `GET` from `origin` (the `Origin` header's raw value):
+/// none without a layer. Run once per stream the front opens, not per event.
+pub(crate) async fn stream_headers(layer: Option<&CorsLayer>, origin: Option<&[u8]>) -> HeaderMap {
+    let Some(layer) = layer else {
+        return HeaderMap::new();
+    };
+    let mut req = Request::new(());
+    if let Some(origin) = origin.and_then(|o| HeaderValue::from_bytes(o).ok()) {
+        req.headers_mut().insert(ORIGIN, origin);
     }
-    let mut out = vec![("vary", VARY.to_string())];
-    if c.allow_credentials {
-        out.push(("access-control-allow-credentials", "true".to_string()));
+    let empty = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+    match layer.clone().layer(empty).oneshot(req).await {
+        Ok(resp) => resp.into_parts().0.headers,
+        Err(never) => match never {},
     }
-    if c.allow_origins.iter().any(|o| o == "*") {
-        out.push(("access-control-allow-origin", "*".to_string()));
-    } else if let Some(origin) = origin.and_then(|o| std::str::from_utf8(o).ok())
-        && c.allow_origins.iter().any(|o| o == origin)
-    {
-        out.push(("access-control-allow-origin", origin.to_string()));
-    }
-    out.push((
-        "access-control-expose-headers",
-        "retry-after,www-authenticate".to_string(),
-    ));
-    out
 }

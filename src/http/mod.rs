@@ -6,7 +6,7 @@
 
 pub mod auth;
 pub mod conn;
-mod cors;
+pub mod cors;
 mod error;
 mod ops;
 mod publish;
@@ -47,6 +47,9 @@ pub struct AppState {
     pub draining: Arc<AtomicBool>,
     /// The token verifier (SPEC §8); `None`: authentication off.
     pub auth: Option<Arc<auth::Auth>>,
+    /// The CORS layer ([`cors::layer`]); `None`: CORS off. Behind an `Arc`: every connection's
+    /// task holds a copy of the state, and the layer is a few hundred bytes (idle memory).
+    pub cors: Option<Arc<tower_http::cors::CorsLayer>>,
 }
 
 impl AppState {
@@ -108,8 +111,8 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(ops::method_not_allowed)
         // Bodies are read by the handlers with the configured limits (413 as JSON).
         .layer(DefaultBodyLimit::disable());
-    let router = match cors::layer(&state.config.cors) {
-        Some(cors) => router.layer(cors),
+    let router = match state.cors.as_deref() {
+        Some(cors) => router.layer(cors.clone()),
         None => router,
     };
     router.with_state(state)
