@@ -2,8 +2,8 @@
 //!
 //! A broker that carries AG-UI agent events to browsers: producers append events to a
 //! per-thread, totally ordered log (in memory, or Redis Streams); subscribers follow a thread
-//! over Server-Sent Events and resume exactly with `Last-Event-ID`. The contract is
-//! `SPEC.md` (shipped with the project's shared documents).
+//! over Server-Sent Events and resume exactly with `Last-Event-ID`. The wire contract is
+//! `docs/PROTOCOL.md`; the internals are described in `docs/ARCHITECTURE.md`.
 //!
 //! # Layout
 //! The data path runs one way, one module per stage:
@@ -33,35 +33,19 @@ pub mod queue;
 pub mod replay;
 pub mod sse;
 
-/// Where the shared AG-UI fixtures are (test and bench support; not part of the API).
-///
-/// The fixtures live outside the repository, in the project's shared folder
-/// (`shared/fixtures`). Looked up in order: `$AGUI_FIXTURES_DIR`; `../shared/fixtures` beside
-/// the crate; a `shared/fixtures` folder beside any ancestor of the current directory;
-/// `/work/shared/fixtures` (where the shared folder sits on the project's machines, whatever
-/// folder a clone was made in).
+/// Where the test data is: `tests/fixtures/` of this repository (recorded AG-UI runs,
+/// AG-UI conformance streams, JSON Patch conformance data; origins and licences in
+/// `tests/fixtures/SOURCES.md`), or `$AGUI_FIXTURES_DIR` when set. For tests and benches; not
+/// part of the API.
 #[doc(hidden)]
 pub fn fixtures_dir() -> std::path::PathBuf {
-    use std::path::{Path, PathBuf};
-    if let Some(dir) = std::env::var_os("AGUI_FIXTURES_DIR") {
-        return PathBuf::from(dir);
+    match std::env::var_os("AGUI_FIXTURES_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")),
     }
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-    if beside.is_dir() {
-        return beside;
-    }
-    if let Ok(cwd) = std::env::current_dir() {
-        for dir in cwd.ancestors() {
-            let candidate = dir.join("shared/fixtures");
-            if candidate.is_dir() {
-                return candidate;
-            }
-        }
-    }
-    PathBuf::from("/work/shared/fixtures")
 }
 
-/// Every recorded .NET producer response stream of the shared fixtures
+/// Every recorded .NET producer response stream of the test data ([`fixtures_dir`])
 /// (`agui-recorded/dotnet-getting-started-baselines/**/…Response.Server.AGUI.verified.json`),
 /// sorted by path. Empty when the fixtures are missing. For tests and benches.
 #[doc(hidden)]

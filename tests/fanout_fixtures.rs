@@ -1,4 +1,4 @@
-//! Fan-out of the recorded AG-UI streams (`shared/fixtures/agui-recorded/…`), on a real socket,
+//! Fan-out of the recorded AG-UI streams (`tests/fixtures/agui-recorded/…`), on a real socket,
 //! against both log backends: every recorded response stream is retargeted to a fresh thread,
 //! published through the HTTP API (one event per POST, as an agent streams, and once as one
 //! JSON-array batch) and received by several subscribers that connected before publishing.

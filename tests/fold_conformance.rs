@@ -2,7 +2,7 @@
 //! AG-UI 1.0/1.1 conformance streams whose `expect` block states the folded `state` or
 //! `messages`, and the recorded .NET producer streams.
 //!
-//! Fixtures are read from `../shared/fixtures` (see each folder's `SOURCES.md`).
+//! Fixtures are read from `tests/fixtures/` (origins and licences in its `SOURCES.md`).
 
 use agui_fanout::fold::{Applied, Fold, RunStatus, apply_patch};
 use serde_json::{Value, json};

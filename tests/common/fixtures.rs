@@ -1,9 +1,10 @@
-//! Reading the shared AG-UI fixtures (read-only, outside the repository).
+//! Reading the test data in `tests/fixtures/` (recorded AG-UI runs and conformance streams;
+//! origins and licences in `tests/fixtures/SOURCES.md`).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// `../shared/fixtures` relative to the crate.
+/// The fixtures folder, `tests/fixtures/` of this repository (`agui_fanout::fixtures_dir()`).
 pub fn root() -> PathBuf {
     agui_fanout::fixtures_dir()
 }
