@@ -76,9 +76,11 @@ impl Drop for Rig {
     }
 }
 
+/// A current-thread runtime on paused time (in process: no socket to wait for).
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .start_paused(true)
         .build()
         .expect("a runtime")
 }

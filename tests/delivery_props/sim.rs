@@ -261,8 +261,11 @@ pub(crate) fn run_case(case: &Case) -> Result<Stats, String> {
             .expect("a runtime")
             .block_on(simulate(case));
     }
+    // Paused time: nothing here waits on a socket, so the runtime's clock jumps over every
+    // sleep once all tasks are idle.
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .start_paused(true)
         .build()
         .expect("a runtime")
         .block_on(simulate(case))
