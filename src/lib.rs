@@ -17,9 +17,10 @@
 //! - [`sse`]: the SSE wire encoding and the subscriber's response body.
 //!
 //! Around it: [`config`] (file + env + CLI), [`app`] (wiring, serving, graceful drain),
-//! [`metrics`] (every metric name), [`replay`] (the `replay` subcommand: a client).
+//! [`metrics`] (every metric name), [`cli`] (the `replay` and `token` subcommands).
 
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod event;
 pub mod fold;
@@ -30,7 +31,6 @@ pub mod log;
 pub mod metrics;
 pub mod prelude;
 pub mod queue;
-pub mod replay;
 pub mod sse;
 
 /// Where the test data is: `tests/fixtures/` of this repository (recorded AG-UI runs,

@@ -1,8 +1,9 @@
 //! `agui-fanout`: parse the command line and configuration, start logging, run the chosen
 //! subcommand until it ends or SIGTERM/SIGINT arrives. Nothing else lives here.
 
+use agui_fanout::app;
+use agui_fanout::cli::{replay, token};
 use agui_fanout::config::{Config, Overrides};
-use agui_fanout::{app, replay};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,20 +45,7 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Print an HS256 token for development (SPEC §8): its `agui` claim allows the given
     /// thread patterns (a thread id, or a prefix ending in `*`).
-    Token {
-        /// The HS256 secret (default: AGUI_AUTH__HS256_SECRET).
-        #[arg(long, env = "AGUI_AUTH__HS256_SECRET", hide_env_values = true)]
-        secret: String,
-        /// A thread pattern the token may subscribe to (repeatable).
-        #[arg(long)]
-        subscribe: Vec<String>,
-        /// A thread pattern the token may publish to (repeatable).
-        #[arg(long)]
-        publish: Vec<String>,
-        /// Lifetime, e.g. `1h`, `30m` ("0s": no `exp`).
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-        ttl: std::time::Duration,
-    },
+    Token(token::TokenArgs),
 }
 
 #[tokio::main]
@@ -91,15 +79,8 @@ async fn main() -> anyhow::Result<()> {
             server.wait().await;
             Ok(())
         }
-        Command::Token {
-            secret,
-            subscribe,
-            publish,
-            ttl,
-        } => {
-            let ttl = (!ttl.is_zero()).then_some(ttl);
-            let token = agui_fanout::http::auth::issue_hs256(&secret, &subscribe, &publish, ttl)?;
-            println!("{token}");
+        Command::Token(args) => {
+            println!("{}", token::run(&args)?);
             Ok(())
         }
         Command::Replay(args) => {

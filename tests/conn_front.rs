@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{broker, sse_client};
+use common::{broker, sse, sse_client};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -571,27 +571,20 @@ async fn partial_writes_keep_every_frame_whole_and_in_order() {
     let (_, body) = split_head(&text);
     let mut next = 0u64;
     for frame in body.split_terminator("\n\n") {
-        for line in frame.split('\n') {
-            let Some(data) = line.strip_prefix("data: ") else {
-                assert!(
-                    line.starts_with("id: ")
-                        || line.starts_with("retry: ")
-                        || line.starts_with(':'),
-                    "unexpected line {:?}",
-                    &line[..line.len().min(80)]
-                );
-                continue;
-            };
-            let v: Value = serde_json::from_str(data).unwrap_or_else(|e| {
-                panic!(
-                    "a frame arrived broken ({e}): {:?}",
-                    &data[..data.len().min(120)]
-                )
-            });
-            if v["type"] == "CUSTOM" {
-                assert_eq!(v["value"]["seq"], next, "in order, no gap, no duplicate");
-                next += 1;
-            }
+        let frame = sse::parse_frame(frame)
+            .unwrap_or_else(|e| panic!("{}", e.chars().take(160).collect::<String>()));
+        let Some(data) = frame.data else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(&data).unwrap_or_else(|e| {
+            panic!(
+                "a frame arrived broken ({e}): {:?}",
+                &data[..data.len().min(120)]
+            )
+        });
+        if v["type"] == "CUSTOM" {
+            assert_eq!(v["value"]["seq"], next, "in order, no gap, no duplicate");
+            next += 1;
         }
     }
     assert_eq!(next, EVENTS as u64);

@@ -2,7 +2,7 @@
 //! records every publish request and answers from a script. Pacing is exercised but never
 //! timed (no timing assertions).
 
-use agui_fanout::replay::{ReplayArgs, ReplayError, run};
+use agui_fanout::cli::replay::{ReplayArgs, ReplayError, run};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};

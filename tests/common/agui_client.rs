@@ -129,24 +129,13 @@ pub fn run_cases(cases: &[Case]) -> Vec<CaseResult> {
 // ---------------------------------------------------------------------------------------------
 // Bodies as the client sees them
 
-/// The events of a raw SSE body as `@ag-ui/client` parses it (AGUI.md §4.2): blocks split on
-/// `\n\n`, only `data:` lines (one optional space removed), joined with `\n`; a block without
-/// data is skipped. Panics on data that is not JSON (the broker never sends such data).
+/// The events of a raw SSE body of whole frames, read with the strict parser
+/// ([`super::sse::body_events`]). On what the broker writes (one `data:` line per frame) this is
+/// what `@ag-ui/client` reads too (AGUI.md §4.2: `data:` lines, one optional space removed,
+/// joined with `\n`; a frame without data skipped). Panics on a body the parser refuses or
+/// data that is not JSON (the broker never sends such).
 pub fn body_events(body: &str) -> Vec<Value> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let data: Vec<&str> = block
-                .split('\n')
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(|v| v.strip_prefix(' ').unwrap_or(v))
-                .collect();
-            (!data.is_empty()).then(|| {
-                let text = data.join("\n");
-                serde_json::from_str(&text)
-                    .unwrap_or_else(|e| panic!("data is not JSON ({e}): {text}"))
-            })
-        })
-        .collect()
+    super::sse::body_events(body.as_bytes())
 }
 
 /// True for the first event of a prelude or bridge: a `RUN_STARTED` whose metadata holds

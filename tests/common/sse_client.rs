@@ -1,7 +1,8 @@
-//! A test SSE client: reqwest for HTTP, `eventsource-stream` (a WHATWG-conformant parser) for
-//! frames. Also checks the wire rules of SPEC §3 on the raw bytes (LF only).
+//! A test SSE client: reqwest for HTTP, the tests' one strict wire parser ([`super::sse`]) for
+//! frames, so every frame read also checks the wire rules of SPEC §3 (LF only, the broker's
+//! fields only).
 
-use eventsource_stream::Eventsource;
+use super::sse::{parse_frame, split_frame};
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use std::pin::Pin;
@@ -18,7 +19,9 @@ pub struct Received {
 
 /// An open subscription.
 pub struct Subscription {
-    events: Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, String>> + Send>>,
+    raw: RawStream,
+    /// The parser's last-event-id buffer (WHATWG HTML §9.2): the last `id:` seen.
+    last_id: String,
     /// Response headers.
     pub headers: reqwest::header::HeaderMap,
 }
@@ -30,23 +33,12 @@ pub async fn subscribe(
     query: &str,
     last_event_id: Option<&str>,
 ) -> Subscription {
-    let client = reqwest::Client::new();
-    let mut req = client.get(format!("{base}/v1/threads/{thread}/events{query}"));
-    if let Some(id) = last_event_id {
-        req = req.header("Last-Event-ID", id);
-    }
-    let resp = req.send().await.expect("subscribe request");
-    assert_eq!(resp.status(), 200, "subscribe status");
-    let headers = resp.headers().clone();
-    let bytes = resp.bytes_stream().map(|chunk| {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        assert!(!chunk.contains(&b'\r'), "SSE must use LF only");
-        Ok::<_, String>(chunk)
-    });
-    let events = bytes.eventsource().map(|r| r.map_err(|e| e.to_string()));
+    let raw = open_raw(base, thread, query, last_event_id).await;
+    assert_eq!(raw.status, 200, "subscribe status");
     Subscription {
-        events: Box::pin(events),
-        headers,
+        headers: raw.headers.clone(),
+        raw,
+        last_id: String::new(),
     }
 }
 
@@ -126,17 +118,17 @@ impl Subscription {
     /// Like [`Subscription::next`], keeping the data text.
     pub async fn next_text(&mut self, timeout: Duration) -> Option<ReceivedText> {
         loop {
-            let ev = tokio::time::timeout(timeout, self.events.next())
-                .await
-                .ok()??;
-            let ev = ev.ok()?;
-            if ev.data.is_empty() {
-                continue;
+            let frame = self.raw.next_frame_within(timeout).await?;
+            if let Some(id) = frame.id {
+                self.last_id = id;
             }
-            let data = serde_json::from_str(&ev.data).expect("data is JSON");
+            let Some(text) = frame.data.filter(|d| !d.is_empty()) else {
+                continue;
+            };
+            let data = serde_json::from_str(&text).expect("data is JSON");
             return Some(ReceivedText {
-                id: ev.id,
-                text: ev.data,
+                id: self.last_id.clone(),
+                text,
                 data,
             });
         }
@@ -192,41 +184,8 @@ pub async fn publish_ok(base: &str, thread: &str, events: &[Value]) -> (String, 
     )
 }
 
-/// One frame of a raw SSE stream (the text between blank lines), parsed minimally: the broker
-/// writes LF only, one field per line.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RawFrame {
-    /// The frame's text, without the terminating blank line.
-    pub text: String,
-    /// `id:` value, if the frame has one.
-    pub id: Option<String>,
-    /// `data:` value, if the frame has one.
-    pub data: Option<String>,
-    /// `retry:` value, if the frame has one.
-    pub retry: Option<String>,
-    /// Comment lines (without the leading `:` and one optional space).
-    pub comments: Vec<String>,
-}
-
-impl RawFrame {
-    fn parse(text: String) -> RawFrame {
-        let mut f = RawFrame::default();
-        for line in text.split('\n') {
-            let strip = |v: &str| v.strip_prefix(' ').unwrap_or(v).to_string();
-            if let Some(c) = line.strip_prefix(':') {
-                f.comments.push(strip(c));
-            } else if let Some(v) = line.strip_prefix("id:") {
-                f.id = Some(strip(v));
-            } else if let Some(v) = line.strip_prefix("data:") {
-                f.data = Some(strip(v));
-            } else if let Some(v) = line.strip_prefix("retry:") {
-                f.retry = Some(strip(v));
-            }
-        }
-        f.text = text;
-        f
-    }
-}
+/// One frame of a raw SSE stream (the text between blank lines), parsed by the strict parser.
+pub use super::sse::Frame as RawFrame;
 
 /// A subscription read as raw frames (comments and `retry:` included), for wire-level checks.
 pub struct RawStream {
@@ -265,13 +224,8 @@ impl RawStream {
     /// Panics if nothing completes a frame within `timeout`.
     pub async fn next_frame(&mut self, timeout: Duration) -> Option<RawFrame> {
         loop {
-            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\n\n") {
-                let rest = self.buf.split_off(pos + 2);
-                let mut frame = std::mem::replace(&mut self.buf, rest);
-                frame.truncate(pos);
-                assert!(!frame.contains(&b'\r'), "SSE must use LF only");
-                let text = String::from_utf8(frame).expect("SSE is UTF-8");
-                return Some(RawFrame::parse(text));
+            if let Some(frame) = self.take_frame() {
+                return Some(frame);
             }
             if self.ended {
                 return None;
@@ -285,6 +239,36 @@ impl RawStream {
                 Ok(Some(Err(_))) | Ok(None) => self.ended = true,
             }
         }
+    }
+
+    /// The next complete frame; `None` when the stream ended or no frame completed within
+    /// `timeout`.
+    async fn next_frame_within(&mut self, timeout: Duration) -> Option<RawFrame> {
+        let next = async {
+            loop {
+                if let Some(frame) = self.take_frame() {
+                    return Some(frame);
+                }
+                if self.ended {
+                    return None;
+                }
+                match self.body.next().await {
+                    Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                    Some(Err(_)) | None => self.ended = true,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, next).await.ok().flatten()
+    }
+
+    /// The complete frame at the start of the buffer, if any, taken out of it and parsed.
+    /// Panics on a frame the strict parser refuses.
+    fn take_frame(&mut self) -> Option<RawFrame> {
+        let (frame, rest) = split_frame(&self.buf)?;
+        let text = std::str::from_utf8(frame).expect("SSE is UTF-8");
+        let parsed = parse_frame(text).unwrap_or_else(|e| panic!("{e}"));
+        self.buf = rest.to_vec();
+        Some(parsed)
     }
 
     /// The next frame that carries `data:` (skipping comments, `retry:` and heartbeats).
