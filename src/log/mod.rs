@@ -33,6 +33,19 @@ impl Epoch {
     }
 }
 
+impl FromStr for Epoch {
+    type Err = IdParseError;
+    /// Parses exactly 8 hex digits (the form [`Epoch`]'s `Display` writes; either case).
+    fn from_str(s: &str) -> Result<Self, IdParseError> {
+        if s.len() != 8 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(IdParseError);
+        }
+        u32::from_str_radix(s, 16)
+            .map(Epoch)
+            .map_err(|_| IdParseError)
+    }
+}
+
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:08x}", self.0)
@@ -111,12 +124,8 @@ impl FromStr for EventId {
     /// Parses `<8 hex>-<ms>-<seq>`; anything else (including surrounding spaces) is an error.
     fn from_str(s: &str) -> Result<Self, IdParseError> {
         let (epoch, pos) = s.split_once('-').ok_or(IdParseError)?;
-        if epoch.len() != 8 || !epoch.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(IdParseError);
-        }
-        let epoch = u32::from_str_radix(epoch, 16).map_err(|_| IdParseError)?;
         Ok(EventId {
-            epoch: Epoch(epoch),
+            epoch: epoch.parse()?,
             pos: pos.parse()?,
         })
     }
@@ -339,6 +348,24 @@ impl ResumeGap {
     }
 }
 
+/// Decides whether reading strictly after `id` is exact for a log with `head` (both backends'
+/// reads and tails).
+///
+/// # Errors
+/// The [`ResumeGap`] that makes it inexact: another epoch, ahead of `head.last`, or before
+/// `head.max_deleted`.
+pub(crate) fn check_resumable(head: &LogHead, id: EventId) -> Result<(), ResumeGap> {
+    if id.epoch != head.epoch {
+        Err(ResumeGap::OtherEpoch)
+    } else if id.pos > head.last {
+        Err(ResumeGap::Ahead)
+    } else if id.pos < head.max_deleted {
+        Err(ResumeGap::Trimmed)
+    } else {
+        Ok(())
+    }
+}
+
 /// Errors of a log backend.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LogError {
@@ -428,8 +455,22 @@ pub trait EventLog: Send + Sync + 'static {
     /// Backend name for logs and metrics (`"memory"` or `"redis"`).
     fn name(&self) -> &'static str;
 
+    /// The append both [`EventLog::append`] and [`EventLog::append_if`] go through (backends
+    /// implement this one): `events` atomically (all or nothing), on `expected` when given,
+    /// with `extras` in the same step. Callers use `append` or `append_if`.
+    ///
+    /// # Errors
+    /// As [`EventLog::append_if`] (no [`LogError::Conflict`] without `expected`).
+    async fn append_checked(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: Option<LogHead>,
+        extras: AppendExtras,
+    ) -> Result<Vec<EventId>, LogError>;
+
     /// Appends `events` atomically (all or nothing) and returns their ids, in order.
-    /// An empty batch appends nothing and returns no ids.
+    /// An empty batch appends nothing and returns no ids (and costs no backend call).
     ///
     /// # Errors
     /// [`LogError::Unavailable`] when the backend cannot be reached; nothing was appended.
@@ -437,7 +478,13 @@ pub trait EventLog: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
-    ) -> Result<Vec<EventId>, LogError>;
+    ) -> Result<Vec<EventId>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.append_checked(thread, events, None, AppendExtras::default())
+            .await
+    }
 
     /// Like [`EventLog::append`], but only if the log's epoch and last position are still
     /// `expected` (compare-and-append): the caller checked the batch against the thread's fold
@@ -459,7 +506,10 @@ pub trait EventLog: Send + Sync + 'static {
         events: &[ValidEvent],
         expected: LogHead,
         extras: AppendExtras,
-    ) -> Result<Vec<EventId>, LogError>;
+    ) -> Result<Vec<EventId>, LogError> {
+        self.append_checked(thread, events, Some(expected), extras)
+            .await
+    }
 
     /// The last event number appended for `producer` on this thread (SPEC §2 idempotent
     /// retries, `X-Producer-Id` / `X-Producer-Seq`); `0` when none in the current epoch.
