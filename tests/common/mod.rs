@@ -5,5 +5,6 @@
 pub mod agui_client;
 pub mod broker;
 pub mod fixtures;
+pub mod logs;
 pub mod redis_server;
 pub mod sse_client;
