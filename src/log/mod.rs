@@ -2,9 +2,14 @@
 //! backends: [`memory`] (embedded default, one node) and [`redis`] (Redis Streams, many nodes).
 //!
 //! Data path position: `event` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
-//! offers two ways out: [`EventLog::read`] (pages, for replay on resume) and a node-wide
-//! [`Tail`] that follows every thread with local subscribers and reads each of them **once**
-//! per node, whatever the number of subscribers (SPEC §7).
+//! offers two ways out: [`EventLog::read`] (pages, read when a subscriber resumes) and a
+//! node-wide [`Tail`] that follows every thread with local subscribers and reads each of them
+//! **once** per node, whatever the number of subscribers (SPEC §7).
+//!
+//! This file owns what both backends share: the ids, the trait (whose provided
+//! [`EventLog::append`] and [`EventLog::append_if`] go through each backend's
+//! [`EventLog::append_checked`]), retention settings and `check_resumable`, the one rule for
+//! whether a read after an id is exact.
 
 pub mod memory;
 pub mod redis;

@@ -44,19 +44,23 @@ pub(super) fn decode_entries(thread: &ThreadId, epoch: Epoch, raw: Vec<RawEntry>
         .collect()
 }
 
+/// Logs and counts an entry that is not a valid AG-UI event of its thread.
 fn skip_invalid(thread: &ThreadId, id: EventId, why: &str) {
     tracing::warn!(%thread, entry = %id.pos, error = why, "skipping invalid log entry");
     metrics::counter!(INVALID_ENTRIES).increment(1);
 }
 
+/// A Redis error as [`LogError::Unavailable`].
 pub(super) fn unavailable(e: RedisError) -> LogError {
     LogError::Unavailable(format!("redis: {e}"))
 }
 
+/// A reply of an unexpected shape, as [`LogError::Unavailable`].
 pub(super) fn malformed(what: &str) -> LogError {
     LogError::Unavailable(format!("redis: unexpected {what}"))
 }
 
+/// The items of an array (or set) reply.
 pub(super) fn array(v: &Value) -> Option<&[Value]> {
     match v {
         Value::Array(items) | Value::Set(items) => Some(items),
@@ -65,6 +69,7 @@ pub(super) fn array(v: &Value) -> Option<&[Value]> {
     }
 }
 
+/// The bytes of a string reply (bulk, simple or verbatim).
 pub(super) fn bytes_of(v: &Value) -> Option<&[u8]> {
     match v {
         Value::BulkString(b) => Some(b),
@@ -75,6 +80,7 @@ pub(super) fn bytes_of(v: &Value) -> Option<&[u8]> {
     }
 }
 
+/// A string reply as UTF-8.
 pub(super) fn string(v: &Value) -> Option<String> {
     bytes_of(v).and_then(|b| std::str::from_utf8(b).ok().map(str::to_owned))
 }
@@ -84,6 +90,7 @@ pub(super) fn parse_epoch_str(s: &str) -> Option<Epoch> {
     s.parse().ok()
 }
 
+/// An epoch reply (8 hex digits).
 pub(super) fn parse_epoch(v: Option<&Value>) -> Result<Epoch, LogError> {
     v.and_then(string)
         .as_deref()
@@ -91,6 +98,7 @@ pub(super) fn parse_epoch(v: Option<&Value>) -> Result<Epoch, LogError> {
         .ok_or_else(|| malformed("epoch"))
 }
 
+/// An entry ID reply (`<ms>-<seq>`).
 pub(super) fn parse_pos(v: &Value) -> Result<StreamPos, LogError> {
     string(v)
         .and_then(|s| s.parse().ok())
