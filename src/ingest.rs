@@ -97,6 +97,15 @@ impl Checked {
     }
 }
 
+/// One publish's inputs and what its attempts carry over.
+struct Attempt<'a> {
+    thread: &'a ThreadId,
+    events: &'a [ValidEvent],
+    producer: Option<&'a Producer>,
+    /// Set when the cached fold was just caught up with the log.
+    caught_up: bool,
+}
+
 /// The publish pipeline. Cheap to clone.
 #[derive(Clone)]
 pub struct Ingest {
@@ -153,180 +162,258 @@ impl Ingest {
         if events.is_empty() {
             return Ok(Appended::default());
         }
-        // Up to twice the retained count: with checkpoints every `max_events`, the log's
-        // safety cap (4 × `max_events`) then never trims past the newest checkpoint.
-        let max_batch = self.shared.checkpoint_every.saturating_mul(2);
-        if max_batch > 0 && events.len() > max_batch {
-            return Err(IngestError::BatchTooLarge(max_batch));
-        }
-        // Without order checks the fold is still kept when the log is trimmed, for the
-        // checkpoint candidates a trimmed thread's preludes and snapshots are built from
-        // (SPEC §6); without trimming (`max_events = 0`) the log alone rebuilds it.
-        let keep_fold = self.shared.strict_order || self.shared.checkpoint_every > 0;
-        if !keep_fold && producer.is_none() {
+        self.check_batch_size(events.len())?;
+        if !self.keeps_fold() && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
             return Ok(Appended { ids, duplicates: 0 });
         }
         let cached = self.cached(thread);
         let mut c = cached.lock().await;
         c.used = Instant::now();
-        // Set when the cached fold was just caught up with the log.
-        let mut caught_up = false;
+        let mut attempt = Attempt {
+            thread,
+            events,
+            producer,
+            caught_up: false,
+        };
         for _ in 0..MAX_ATTEMPTS {
-            // Whether the fold was read from the log just now (not this node's cached copy).
-            let fresh = c.at.is_none() || std::mem::take(&mut caught_up);
-            let (head, fold) = match c.at.take() {
-                Some(at) => at,
-                None if keep_fold => load_fold(&*self.shared.log, thread).await?,
-                None => (self.shared.log.head(thread).await?, None),
-            };
-            // Events this producer already appended (numbers up to its mark) are skipped.
-            let skip = match producer {
-                Some(p) => {
-                    let last = self.shared.log.producer_seq(thread, &p.id).await?;
-                    usize::try_from((last + 1).saturating_sub(p.seq))
-                        .unwrap_or(usize::MAX)
-                        .min(events.len())
-                }
-                None => 0,
-            };
-            if skip == events.len() {
-                c.at = Some((head, fold));
-                return Ok(Appended {
-                    ids: Vec::new(),
-                    duplicates: skip,
-                });
-            }
-            let events_left = &events[skip..];
-            // The values kept from schema validation: no second parse.
-            let values_left = events_left.iter().map(|e| &*e.parsed);
-            // The fold after the batch is built before the append only when a checkpoint
-            // candidate (its prelude) goes with it; otherwise the batch is checked alone and
-            // folded in place once appended (no copy of the thread per publish).
-            let due = self.candidate_due(&c, events_left.len());
-            let checked = match (&fold, self.shared.strict_order) {
-                (Some(f), true) => match Checked::check(f, values_left, due) {
-                    Ok(checked) => checked,
-                    // Another node may have appended what makes the batch valid (the message
-                    // it writes to, say): refuse only against the log's latest position.
-                    Err(_) if !fresh => {
-                        let (mut f, head) = (f.clone(), head);
-                        c.at = match catch_up(&*self.shared.log, thread, &mut f, head).await {
-                            Ok((head, folded)) => {
-                                c.since_candidate += folded;
-                                Some((head, Some(f)))
-                            }
-                            Err(LogError::Gap(_)) => None,
-                            Err(e) => return Err(e.into()),
-                        };
-                        caught_up = true;
-                        continue;
-                    }
-                    Err(rejection) => {
-                        c.at = Some((head, fold));
-                        return Err(rejection.into());
-                    }
-                },
-                (Some(f), false) if due => {
-                    let mut next = f.clone();
-                    next.apply_unchecked(values_left);
-                    Checked::Built(Box::new(next))
-                }
-                (Some(_), false) => Checked::Lenient,
-                (None, true) => {
-                    // Trimmed without a checkpoint: the order cannot be checked.
-                    tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
-                    Checked::Unchecked
-                }
-                (None, false) => Checked::Unchecked,
-            };
-            // `Built` only when `candidate_due`.
-            let with_candidate = matches!(checked, Checked::Built(_));
-            let extras = AppendExtras {
-                candidate: match &checked {
-                    Checked::Built(next) => candidate(next),
-                    _ => None,
-                },
-                // Every node sends candidates at its own count: the log drops one that comes
-                // within `max_events` entries of the pending checkpoint (see `AppendExtras`).
-                candidate_min_gap: self.shared.checkpoint_every as u64,
-                producer: producer.map(|p| ProducerMark {
-                    id: p.id.clone(),
-                    last_seq: p.seq + events.len() as u64 - 1,
-                }),
-            };
-            match self
-                .shared
-                .log
-                .append_if(thread, events_left, head, extras)
-                .await
-            {
-                Ok(ids) => {
-                    // Counted once appended: a candidate whose append conflicted is built
-                    // again for the retry.
-                    if with_candidate {
-                        c.since_candidate = 0;
-                    } else {
-                        c.since_candidate += events_left.len();
-                    }
-                    let last = ids.last().copied().map_or(head, |id| LogHead {
-                        epoch: id.epoch,
-                        last: id.pos,
-                        ..head
-                    });
-                    let next = match checked {
-                        Checked::Built(next) => Some(*next),
-                        Checked::InPlace => fold.map(|mut f| {
-                            f.apply_checked(events_left.iter().map(|e| &*e.parsed));
-                            f
-                        }),
-                        Checked::Lenient => fold.map(|mut f| {
-                            f.apply_unchecked(events_left.iter().map(|e| &*e.parsed));
-                            f
-                        }),
-                        Checked::Unchecked => None,
-                    };
-                    c.at = Some((last, next));
-                    return Ok(Appended {
-                        ids,
-                        duplicates: skip,
-                    });
-                }
-                Err(LogError::Conflict(now)) => {
-                    // Someone else appended (or the log was recreated): catch up, check again.
-                    c.at = None;
-                    if now.epoch == head.epoch
-                        && let Some(mut fold) = fold
-                    {
-                        match catch_up(&*self.shared.log, thread, &mut fold, head).await {
-                            Ok((mut head, folded)) => {
-                                c.since_candidate += folded;
-                                // The read skips entries it cannot validate (a producer's
-                                // direct `XADD`), so it may stop short of `now`; they were in
-                                // the log it read, so the next append follows them.
-                                if head.epoch == now.epoch && head.last < now.last {
-                                    head.last = now.last;
-                                }
-                                c.at = Some((head, Some(fold)));
-                                caught_up = true;
-                            }
-                            // Trimmed or recreated meanwhile: reload from scratch.
-                            Err(LogError::Gap(_)) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                Err(e) => {
-                    // Unknown whether it was appended (timeout): reload next time.
-                    c.at = None;
-                    return Err(e.into());
-                }
+            if let Some(appended) = self.try_append(&mut attempt, &mut c).await? {
+                return Ok(appended);
             }
         }
         Err(
             LogError::Unavailable("the thread kept changing under concurrent appends".into())
                 .into(),
         )
+    }
+
+    /// Up to twice the retained count: with checkpoints every `max_events`, the log's safety
+    /// cap (4 × `max_events`) then never trims past the newest checkpoint.
+    fn check_batch_size(&self, n: usize) -> Result<(), IngestError> {
+        let max_batch = self.shared.checkpoint_every.saturating_mul(2);
+        if max_batch > 0 && n > max_batch {
+            return Err(IngestError::BatchTooLarge(max_batch));
+        }
+        Ok(())
+    }
+
+    /// Whether the thread's fold is kept. Without order checks it is still kept when the log
+    /// is trimmed, for the checkpoint candidates a trimmed thread's preludes and snapshots are
+    /// built from (SPEC §6); without trimming (`max_events = 0`) the log alone rebuilds it.
+    fn keeps_fold(&self) -> bool {
+        self.shared.strict_order || self.shared.checkpoint_every > 0
+    }
+
+    /// One attempt: the thread's position, the producer's duplicates, the order check, the
+    /// compare-and-append. `Ok(None)`: the log moved meanwhile, try again.
+    async fn try_append(
+        &self,
+        a: &mut Attempt<'_>,
+        c: &mut Cached,
+    ) -> Result<Option<Appended>, IngestError> {
+        let thread = a.thread;
+        // Whether the fold was read from the log just now (not this node's cached copy).
+        let fresh = c.at.is_none() || std::mem::take(&mut a.caught_up);
+        let (head, fold) = self.position(thread, c).await?;
+        let skip = self.already_appended(a).await?;
+        if skip == a.events.len() {
+            c.at = Some((head, fold));
+            return Ok(Some(Appended {
+                ids: Vec::new(),
+                duplicates: skip,
+            }));
+        }
+        let batch = &a.events[skip..];
+        let due = self.candidate_due(c, batch.len());
+        let checked = match self.check_order(thread, fold.as_ref(), batch, due) {
+            Ok(checked) => checked,
+            // Another node may have appended what makes the batch valid (the message it
+            // writes to, say): refuse only against the log's latest position.
+            Err(_) if !fresh && fold.is_some() => {
+                if let Some(fold) = fold {
+                    self.catch_up_cached(thread, c, fold, head, None).await?;
+                }
+                a.caught_up = true;
+                return Ok(None);
+            }
+            Err(rejection) => {
+                c.at = Some((head, fold));
+                return Err(rejection.into());
+            }
+        };
+        let extras = self.extras(&checked, a);
+        match self.shared.log.append_if(thread, batch, head, extras).await {
+            Ok(ids) => Ok(Some(Self::record_append(
+                c, ids, head, fold, checked, batch, skip,
+            ))),
+            Err(LogError::Conflict(now)) => {
+                // Someone else appended (or the log was recreated): catch up, check again.
+                c.at = None;
+                if now.epoch == head.epoch
+                    && let Some(fold) = fold
+                {
+                    a.caught_up = self
+                        .catch_up_cached(thread, c, fold, head, Some(now))
+                        .await?;
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                // Unknown whether it was appended (timeout): reload next time.
+                c.at = None;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The position to check against: the cached one, or the log's (with the fold rebuilt
+    /// when it is kept).
+    async fn position(
+        &self,
+        thread: &ThreadId,
+        c: &mut Cached,
+    ) -> Result<(LogHead, Option<ThreadFold>), LogError> {
+        match c.at.take() {
+            Some(at) => Ok(at),
+            None if self.keeps_fold() => load_fold(&*self.shared.log, thread).await,
+            None => Ok((self.shared.log.head(thread).await?, None)),
+        }
+    }
+
+    /// How many leading events of the batch its producer already appended (numbers up to its
+    /// mark); `0` without a producer.
+    async fn already_appended(&self, a: &Attempt<'_>) -> Result<usize, LogError> {
+        let Some(p) = a.producer else {
+            return Ok(0);
+        };
+        let last = self.shared.log.producer_seq(a.thread, &p.id).await?;
+        Ok(usize::try_from((last + 1).saturating_sub(p.seq))
+            .unwrap_or(usize::MAX)
+            .min(a.events.len()))
+    }
+
+    /// Checks `batch` against the fold (or not, as configured). The fold after the batch is
+    /// built before the append only when a checkpoint candidate (its prelude) goes with it
+    /// (`due`); otherwise the batch is checked alone and folded in place once appended (no
+    /// copy of the thread per publish).
+    fn check_order(
+        &self,
+        thread: &ThreadId,
+        fold: Option<&ThreadFold>,
+        batch: &[ValidEvent],
+        due: bool,
+    ) -> Result<Checked, Rejection> {
+        // The values kept from schema validation: no second parse.
+        let values = batch.iter().map(|e| &*e.parsed);
+        Ok(match (fold, self.shared.strict_order) {
+            (Some(f), true) => Checked::check(f, values, due)?,
+            (Some(f), false) if due => {
+                let mut next = f.clone();
+                next.apply_unchecked(values);
+                Checked::Built(Box::new(next))
+            }
+            (Some(_), false) => Checked::Lenient,
+            (None, true) => {
+                // Trimmed without a checkpoint: the order cannot be checked.
+                tracing::warn!(%thread, "thread fold cannot be rebuilt; appending without order checks");
+                Checked::Unchecked
+            }
+            (None, false) => Checked::Unchecked,
+        })
+    }
+
+    /// What goes with the append: the checkpoint candidate (`Built` only when
+    /// `candidate_due`) and the producer's mark.
+    fn extras(&self, checked: &Checked, a: &Attempt<'_>) -> AppendExtras {
+        AppendExtras {
+            candidate: match checked {
+                Checked::Built(next) => candidate(next),
+                _ => None,
+            },
+            // Every node sends candidates at its own count: the log drops one that comes
+            // within `max_events` entries of the pending checkpoint (see `AppendExtras`).
+            candidate_min_gap: self.shared.checkpoint_every as u64,
+            producer: a.producer.map(|p| ProducerMark {
+                id: p.id.clone(),
+                last_seq: p.seq + a.events.len() as u64 - 1,
+            }),
+        }
+    }
+
+    /// After a successful append: the cached position and fold move past the batch.
+    fn record_append(
+        c: &mut Cached,
+        ids: Vec<EventId>,
+        head: LogHead,
+        fold: Option<ThreadFold>,
+        checked: Checked,
+        batch: &[ValidEvent],
+        skip: usize,
+    ) -> Appended {
+        // Counted once appended: a candidate whose append conflicted is built again for the
+        // retry.
+        if matches!(checked, Checked::Built(_)) {
+            c.since_candidate = 0;
+        } else {
+            c.since_candidate += batch.len();
+        }
+        let last = ids.last().copied().map_or(head, |id| LogHead {
+            epoch: id.epoch,
+            last: id.pos,
+            ..head
+        });
+        let values = batch.iter().map(|e| &*e.parsed);
+        let next = match checked {
+            Checked::Built(next) => Some(*next),
+            Checked::InPlace => fold.map(|mut f| {
+                f.apply_checked(values);
+                f
+            }),
+            Checked::Lenient => fold.map(|mut f| {
+                f.apply_unchecked(values);
+                f
+            }),
+            Checked::Unchecked => None,
+        };
+        c.at = Some((last, next));
+        Appended {
+            ids,
+            duplicates: skip,
+        }
+    }
+
+    /// Catches `fold` (at `head`) up with the log and caches it; `seen`: the head a conflict
+    /// reported. Returns whether it caught up (`false`: trimmed or recreated meanwhile, the
+    /// next attempt reloads from scratch).
+    async fn catch_up_cached(
+        &self,
+        thread: &ThreadId,
+        c: &mut Cached,
+        mut fold: ThreadFold,
+        head: LogHead,
+        seen: Option<LogHead>,
+    ) -> Result<bool, LogError> {
+        match catch_up(&*self.shared.log, thread, &mut fold, head).await {
+            Ok((mut head, folded)) => {
+                c.since_candidate += folded;
+                // The read skips entries it cannot validate (a producer's direct `XADD`), so
+                // it may stop short of `seen`; they were in the log it read, so the next
+                // append follows them.
+                if let Some(now) = seen
+                    && head.epoch == now.epoch
+                    && head.last < now.last
+                {
+                    head.last = now.last;
+                }
+                c.at = Some((head, Some(fold)));
+                Ok(true)
+            }
+            Err(LogError::Gap(_)) => {
+                c.at = None;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn cached(&self, thread: &ThreadId) -> Arc<Mutex<Cached>> {

@@ -16,7 +16,7 @@
 
 use super::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeGap, Retention, StreamPos, Tail, TailItem,
+    ResumeGap, Retention, StreamPos, Tail, TailItem, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use bytes::Bytes;
@@ -230,19 +230,6 @@ impl ThreadInner {
     }
 }
 
-/// Decides whether reading strictly after `id` is exact for a log with `head`.
-pub(crate) fn check_resumable(head: &LogHead, id: EventId) -> Result<(), ResumeGap> {
-    if id.epoch != head.epoch {
-        Err(ResumeGap::OtherEpoch)
-    } else if id.pos > head.last {
-        Err(ResumeGap::Ahead)
-    } else if id.pos < head.max_deleted {
-        Err(ResumeGap::Trimmed)
-    } else {
-        Ok(())
-    }
-}
-
 impl MemoryLog {
     /// An empty log store with the given retention. With an `idle_ttl` and inside a Tokio
     /// runtime, also spawns the idle-thread sweeper (see the module docs); it ends when the
@@ -262,7 +249,7 @@ impl MemoryLog {
 
     /// Appends under the thread's lock, after checking `expected` when given, then applies
     /// retention (checkpoint `candidate`, `max_age`, count cap).
-    fn append_checked(
+    fn append_locked(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
@@ -362,25 +349,14 @@ impl EventLog for MemoryLog {
         "memory"
     }
 
-    async fn append(
+    async fn append_checked(
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
-    ) -> Result<Vec<EventId>, LogError> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.append_checked(thread, events, None, AppendExtras::default())
-    }
-
-    async fn append_if(
-        &self,
-        thread: &ThreadId,
-        events: &[ValidEvent],
-        expected: LogHead,
+        expected: Option<LogHead>,
         extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
-        self.append_checked(thread, events, Some(expected), extras)
+        self.append_locked(thread, events, expected, extras)
     }
 
     async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError> {
@@ -510,75 +486,4 @@ impl Tail for MemoryTail {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::validate_event;
-
-    fn event() -> ValidEvent {
-        validate_event(br#"{"type":"CUSTOM","name":"t","value":1}"#, None).unwrap()
-    }
-
-    fn retention(ttl: Duration) -> Retention {
-        Retention {
-            max_events: 100,
-            max_age: None,
-            idle_ttl: Some(ttl),
-        }
-    }
-
-    /// The sweeper forgets idle threads nothing holds, and empties (new epoch) those a tail
-    /// still follows, waking the tail.
-    #[tokio::test]
-    async fn sweeper_forgets_idle_threads() {
-        let log = MemoryLog::new(retention(Duration::from_millis(100)));
-        let idle = ThreadId::parse("idle").unwrap();
-        let followed = ThreadId::parse("followed").unwrap();
-        log.append(&idle, &[event()]).await.unwrap();
-        let ids = log.append(&followed, &[event()]).await.unwrap();
-        let (tx, mut rx) = mpsc::channel(4);
-        let tail = log.start_tail(tx, CancellationToken::new());
-        tail.follow(followed.clone(), ids[0].epoch, ids[0].pos);
-        assert_eq!(log.shared.threads.len(), 2);
-        // No call touches the threads from here: only the sweeper can expire them.
-        let item = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("the sweeper woke the tail")
-            .unwrap();
-        match item {
-            TailItem::Discontinuity {
-                thread,
-                head,
-                reason,
-            } => {
-                assert_eq!(thread, followed);
-                assert_eq!(reason, ResumeGap::OtherEpoch);
-                assert_ne!(head.epoch, ids[0].epoch);
-                assert_eq!(head.last, StreamPos::ZERO);
-            }
-            other => panic!("{other:?}"),
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while log.shared.threads.contains_key(&idle) {
-            assert!(Instant::now() < deadline, "idle thread never forgotten");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(
-            log.shared.threads.contains_key(&followed),
-            "a followed thread is kept"
-        );
-    }
-
-    /// Without a runtime there is no sweeper; idle threads still expire when touched.
-    #[test]
-    fn lazy_expiry_without_runtime() {
-        let log = MemoryLog::new(retention(Duration::from_millis(20)));
-        let thread = ThreadId::parse("lazy").unwrap();
-        let ids = log
-            .append_checked(&thread, &[event()], None, AppendExtras::default())
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(40));
-        let head = log.thread(&thread).lock(&log.shared.retention).head();
-        assert_ne!(head.epoch, ids[0].epoch);
-        assert_eq!(head.last, StreamPos::ZERO);
-    }
-}
+mod tests;

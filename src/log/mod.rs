@@ -2,9 +2,14 @@
 //! backends: [`memory`] (embedded default, one node) and [`redis`] (Redis Streams, many nodes).
 //!
 //! Data path position: `event` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
-//! offers two ways out: [`EventLog::read`] (pages, for replay on resume) and a node-wide
-//! [`Tail`] that follows every thread with local subscribers and reads each of them **once**
-//! per node, whatever the number of subscribers (SPEC §7).
+//! offers two ways out: [`EventLog::read`] (pages, read when a subscriber resumes) and a
+//! node-wide [`Tail`] that follows every thread with local subscribers and reads each of them
+//! **once** per node, whatever the number of subscribers (SPEC §7).
+//!
+//! This file owns what both backends share: the ids, the trait (whose provided
+//! [`EventLog::append`] and [`EventLog::append_if`] go through each backend's
+//! [`EventLog::append_checked`]), retention settings and `check_resumable`, the one rule for
+//! whether a read after an id is exact.
 
 pub mod memory;
 pub mod redis;
@@ -30,6 +35,19 @@ impl Epoch {
     /// Draws a fresh random epoch.
     pub fn random() -> Self {
         Epoch(rand::random())
+    }
+}
+
+impl FromStr for Epoch {
+    type Err = IdParseError;
+    /// Parses exactly 8 hex digits (the form [`Epoch`]'s `Display` writes; either case).
+    fn from_str(s: &str) -> Result<Self, IdParseError> {
+        if s.len() != 8 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(IdParseError);
+        }
+        u32::from_str_radix(s, 16)
+            .map(Epoch)
+            .map_err(|_| IdParseError)
     }
 }
 
@@ -111,12 +129,8 @@ impl FromStr for EventId {
     /// Parses `<8 hex>-<ms>-<seq>`; anything else (including surrounding spaces) is an error.
     fn from_str(s: &str) -> Result<Self, IdParseError> {
         let (epoch, pos) = s.split_once('-').ok_or(IdParseError)?;
-        if epoch.len() != 8 || !epoch.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(IdParseError);
-        }
-        let epoch = u32::from_str_radix(epoch, 16).map_err(|_| IdParseError)?;
         Ok(EventId {
-            epoch: Epoch(epoch),
+            epoch: epoch.parse()?,
             pos: pos.parse()?,
         })
     }
@@ -339,6 +353,24 @@ impl ResumeGap {
     }
 }
 
+/// Decides whether reading strictly after `id` is exact for a log with `head` (both backends'
+/// reads and tails).
+///
+/// # Errors
+/// The [`ResumeGap`] that makes it inexact: another epoch, ahead of `head.last`, or before
+/// `head.max_deleted`.
+pub(crate) fn check_resumable(head: &LogHead, id: EventId) -> Result<(), ResumeGap> {
+    if id.epoch != head.epoch {
+        Err(ResumeGap::OtherEpoch)
+    } else if id.pos > head.last {
+        Err(ResumeGap::Ahead)
+    } else if id.pos < head.max_deleted {
+        Err(ResumeGap::Trimmed)
+    } else {
+        Ok(())
+    }
+}
+
 /// Errors of a log backend.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LogError {
@@ -428,8 +460,22 @@ pub trait EventLog: Send + Sync + 'static {
     /// Backend name for logs and metrics (`"memory"` or `"redis"`).
     fn name(&self) -> &'static str;
 
+    /// The append both [`EventLog::append`] and [`EventLog::append_if`] go through (backends
+    /// implement this one): `events` atomically (all or nothing), on `expected` when given,
+    /// with `extras` in the same step. Callers use `append` or `append_if`.
+    ///
+    /// # Errors
+    /// As [`EventLog::append_if`] (no [`LogError::Conflict`] without `expected`).
+    async fn append_checked(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: Option<LogHead>,
+        extras: AppendExtras,
+    ) -> Result<Vec<EventId>, LogError>;
+
     /// Appends `events` atomically (all or nothing) and returns their ids, in order.
-    /// An empty batch appends nothing and returns no ids.
+    /// An empty batch appends nothing and returns no ids (and costs no backend call).
     ///
     /// # Errors
     /// [`LogError::Unavailable`] when the backend cannot be reached; nothing was appended.
@@ -437,7 +483,13 @@ pub trait EventLog: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         events: &[ValidEvent],
-    ) -> Result<Vec<EventId>, LogError>;
+    ) -> Result<Vec<EventId>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.append_checked(thread, events, None, AppendExtras::default())
+            .await
+    }
 
     /// Like [`EventLog::append`], but only if the log's epoch and last position are still
     /// `expected` (compare-and-append): the caller checked the batch against the thread's fold
@@ -459,7 +511,10 @@ pub trait EventLog: Send + Sync + 'static {
         events: &[ValidEvent],
         expected: LogHead,
         extras: AppendExtras,
-    ) -> Result<Vec<EventId>, LogError>;
+    ) -> Result<Vec<EventId>, LogError> {
+        self.append_checked(thread, events, Some(expected), extras)
+            .await
+    }
 
     /// The last event number appended for `producer` on this thread (SPEC §2 idempotent
     /// retries, `X-Producer-Id` / `X-Producer-Seq`); `0` when none in the current epoch.

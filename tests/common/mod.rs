@@ -5,6 +5,7 @@
 pub mod agui_client;
 pub mod broker;
 pub mod fixtures;
+pub mod logs;
 pub mod redis_server;
 pub mod sse;
 pub mod sse_client;

@@ -114,10 +114,7 @@ fn line<'a>(payload: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
 }
 
 fn parse_epoch(s: &[u8]) -> Option<Epoch> {
-    let s = std::str::from_utf8(s).ok()?;
-    (s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| u32::from_str_radix(s, 16).ok().map(Epoch))
-        .flatten()
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 fn parse_pos(s: &[u8]) -> Option<StreamPos> {

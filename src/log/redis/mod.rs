@@ -1,0 +1,499 @@
+//! The `redis` log backend: thread logs as Redis Streams, shared by every node (SPEC §1, §4, §7).
+//!
+//! # Key and entry format (for producers that write to Redis directly, SPEC §2)
+//!
+//! With the default prefix `agui`, thread `<threadId>` owns three keys in one hash slot (the
+//! `{threadId}` hash tag, so Redis Cluster keeps them together):
+//!
+//! - `agui:{<threadId>}:log`: a stream; one entry per AG-UI event, with one field `e` holding
+//!   the event as compact UTF-8 JSON (one object, `threadId` if present equal to the thread).
+//!   Entry IDs are auto-generated (`XADD … * e <json>`); they are the position part of the SSE
+//!   event id. Other fields are ignored.
+//! - `agui:{<threadId>}:meta`: a hash; field `epoch` is the log's epoch as 8 lowercase hex
+//!   digits; field `seen` (`1`) records that the stream existed under this epoch, so a stream
+//!   deleted on its own (its meta surviving) still gets a new epoch.
+//! - `agui:{<threadId>}:ckpt`: a hash, the thread's checkpoints (SPEC §6, written by the
+//!   broker only): `pos` (entry ID), `events` (JSON array of AG-UI events, the thread's fold
+//!   at `pos` restated) and `ord` (the stream's `entries-added` when the `pos` entry was
+//!   added) for the promoted checkpoint; `next_pos`, `next_events`, `next_ord` for the
+//!   pending one. It belongs to the epoch: whenever the broker creates a new epoch for the
+//!   thread, it deletes this key in the same script.
+//!
+//! # Retention
+//! See [`Retention`]. An append that carries a checkpoint candidate (`append_if`), in the same
+//! script: if a pending checkpoint exists it becomes the checkpoint (`next_*` moved to `pos`,
+//! `events`, `ord`) and `XTRIM <log> MINID <pos + 1>` (exact: `MINID` removes IDs strictly
+//! lower, hence the successor ID `<ms>-<seq + 1>`) removes every entry at or before it; the
+//! candidate is then stored as `next_*` at the batch's last entry ID. `XADD … MAXLEN ~` caps
+//! the stream at `max_events`, or at `4 * max_events` once the `ckpt` key exists (a safety
+//! net only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
+//! than the server's `TIME` minus `max_age` is promoted (and trimmed to) at append time. With
+//! `idle_ttl`, every append `PEXPIRE`s the three keys; expired keys mean a new epoch.
+//! Trimming moves `entries-added` past `length`; when exactly the entries added before the
+//! checkpoint are gone (`length == entries-added - ord`), the highest removed position is the
+//! checkpoint's `pos`, so resuming after the checkpoint is exact.
+//!
+//! Producers may `XADD` to the stream without touching the meta hash: the broker creates the
+//! epoch the first time it looks at the thread. Entries it cannot validate (missing `e`, not
+//! JSON, not a valid AG-UI event) are logged, counted (`agui_log_invalid_entries_total`) and
+//! skipped, never delivered. A direct `XADD` sends no append note (below), so its entry reaches
+//! live subscribers within `block` (default 1 s) plus one read, or at once when the broker
+//! appends to the same thread after it.
+//!
+//! The channel `<prefix>:appended` belongs to the broker like the meta and checkpoint hashes:
+//! a note published there whose `prev` matches a node's cursor is delivered as it is, without
+//! validation. With Redis ACLs, give direct producers `XADD` on the `…:log` keys and no
+//! channel permission.
+//!
+//! # Commands
+//! Appends, reads, heads and checkpoints are Lua scripts (one round trip, atomic):
+//! `HMGET`/`HSET`/`HDEL`/`DEL` on the meta and checkpoint hashes, `XADD … MAXLEN ~ <n> * e
+//! <json>`, `XTRIM … MINID`, `TIME`, `PEXPIRE`, `XRANGE`, and `XINFO STREAM` for the stream's
+//! `last-generated-id`, `max-deleted-entry-id`, `recorded-first-entry-id`, `length` and
+//! `entries-added` (Redis 7.0 or newer is required), from which the highest trimmed position
+//! is derived (Redis 7.0 moves `max-deleted-entry-id` on `XDEL` only).
+//!
+//! # Tail
+//! The append script also `PUBLISH`es each batch on `<prefix>:appended` (format: [`notify`]):
+//! thread, epoch, the stream's `last-generated-id` before the batch (`prev`), and the entries. Each node's tail `SUBSCRIBE`s on a second connection. A note whose `prev` is the
+//! follow's cursor (same epoch) is exactly the next part of the log and is delivered without
+//! reading Redis; any other note of a followed thread makes the tail read that stream after its
+//! cursor (one read script per thread, pipelined: epoch, head and `XRANGE` atomically). Every
+//! `block`, one non-blocking `XREAD COUNT n STREAMS <every followed stream> <cursors>` picks up
+//! what no note announced (direct `XADD`s). Pub/Sub is at-most-once, so notes are hints: when
+//! the subscription is lost (or the tail falls 4,096 notes behind), the tail goes back to one
+//! `XREAD COUNT n BLOCK ms STREAMS …` over every followed stream, woken early with `CLIENT
+//! UNBLOCK <id> TIMEOUT` when a thread is followed, until it is subscribed again; right after
+//! subscribing it reads every followed stream once. The cursor and the stream stay the truth.
+//!
+//! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
+//! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
+//! Redis (or a primary with replicas), not a sharded cluster.
+//!
+//! # Layout
+//! - this file: [`RedisLog`] and its [`EventLog`] impl (connection, deadlines, metrics);
+//! - `scripts.rs` + `scripts/*.lua`: the Lua scripts and their typed arguments;
+//! - `resp.rs`: reply decoding and the validation of stored entries;
+//! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes.
+
+mod notify;
+mod resp;
+mod scripts;
+mod tail;
+#[cfg(test)]
+mod tests;
+
+use super::{
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
+    Retention, Tail, TailItem, check_resumable,
+};
+use crate::event::{ThreadId, ValidEvent};
+use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Script, Value};
+use resp::{
+    RawEntry, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
+    parse_pos, parse_read_reply, string, unavailable,
+};
+use scripts::{AppendArgs, HeadArgs, Keys, ProducerArgs, ReadArgs, ScriptArgs, Scripts};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Settings of a [`RedisLog`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisLogConfig {
+    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…`.
+    pub url: String,
+    /// First part of every key (`<prefix>:{<threadId>}:log`); must not contain `{` or `}`.
+    pub prefix: String,
+    /// How much each thread keeps and for how long (`XADD … MAXLEN ~`, checkpoints with
+    /// `XTRIM … MINID`, `PEXPIRE`; see [`Retention`]).
+    pub retention: Retention,
+    /// How long the tail's `XREAD BLOCK` waits for new entries; also the period of the tail's
+    /// epoch checks on quiet threads. At least 1 ms.
+    pub block: Duration,
+    /// Largest number of entries the tail reads per thread per `XREAD` (`COUNT`).
+    pub read_count: usize,
+    /// Deadline of every append, read, head and ping (connecting included): past it the call
+    /// returns [`LogError::Unavailable`] instead of waiting for Redis.
+    pub op_timeout: Duration,
+}
+
+impl RedisLogConfig {
+    /// The default settings for `url`: prefix `agui`, default retention, 1 s block, 512 entries
+    /// per read, 2 s operation timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisLogConfig {
+            url: url.into(),
+            prefix: "agui".into(),
+            retention: Retention::default(),
+            block: Duration::from_secs(1),
+            read_count: 512,
+            op_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for RedisLogConfig {
+    /// [`RedisLogConfig::new`] with `redis://127.0.0.1:6379`.
+    fn default() -> Self {
+        RedisLogConfig::new("redis://127.0.0.1:6379")
+    }
+}
+
+/// Thread logs in Redis Streams (format: see the module docs). Cheap to clone (an `Arc`
+/// inside); every clone shares one multiplexed connection that reconnects on its own.
+#[derive(Clone)]
+pub struct RedisLog {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    conn: ConnectionManager,
+    config: RedisLogConfig,
+    scripts: Scripts,
+    /// The append-note channel, `<prefix>:appended` ([`notify::channel`]).
+    channel: String,
+}
+
+impl RedisLog {
+    /// Builds the log and its connection manager without waiting for Redis: the broker must
+    /// start (and report not ready) while Redis is down. One `PING` is tried (bounded by
+    /// `op_timeout`) so the start-up log says whether Redis answered. Calls made while Redis
+    /// is unreachable fail with [`LogError::Unavailable`] within `op_timeout`; the connection
+    /// is re-established by the next call once Redis is back.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] only for a configuration that can never work: a malformed
+    /// URL, or a prefix containing `{` or `}` (it would break the hash tag).
+    pub async fn connect(config: RedisLogConfig) -> Result<RedisLog, LogError> {
+        if config.prefix.contains(['{', '}']) {
+            return Err(LogError::Unavailable(format!(
+                "redis key prefix {:?} must not contain braces",
+                config.prefix
+            )));
+        }
+        let client = Client::open(config.url.as_str())
+            .map_err(|e| LogError::Unavailable(format!("invalid redis URL: {e}")))?;
+        // No hidden retries: a call during an outage fails fast (connection refused) or at
+        // `op_timeout`; the connection manager reconnects on the next call.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.op_timeout))
+            .set_response_timeout(Some(config.op_timeout))
+            .set_number_of_retries(0);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+            .map_err(unavailable)?;
+        let log = RedisLog {
+            inner: Arc::new(Inner {
+                client,
+                conn,
+                channel: notify::channel(&config.prefix),
+                config,
+                scripts: Scripts::new(),
+            }),
+        };
+        match log.ping().await {
+            Ok(()) => {
+                tracing::info!(prefix = %log.inner.config.prefix, "redis log backend answers")
+            }
+            Err(e) => tracing::warn!(error = %e, "redis log backend not reachable yet; will retry"),
+        }
+        Ok(log)
+    }
+
+    /// The configuration this log was built with.
+    pub fn config(&self) -> &RedisLogConfig {
+        &self.inner.config
+    }
+
+    /// Runs a read-only script (`args` written by its typed struct), retried once on a
+    /// dropped connection.
+    async fn read_script(
+        &self,
+        script: &Script,
+        args: &impl ScriptArgs,
+    ) -> Result<Value, LogError> {
+        retry_dropped(|| {
+            let mut conn = self.inner.conn.clone();
+            let invocation = args.invocation(script);
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
+        .map_err(unavailable)
+    }
+
+    /// [`HeadArgs`] of `keys`, with a fresh epoch drawn for a thread that needs one.
+    fn head_args<'a>(&self, keys: &'a Keys) -> HeadArgs<'a> {
+        HeadArgs {
+            keys,
+            fresh_epoch: Epoch::random(),
+            idle_ttl_ms: self.inner.config.retention.idle_ttl_ms(),
+        }
+    }
+
+    fn keys(&self, thread: &ThreadId) -> Keys {
+        Keys::new(&self.inner.config.prefix, thread)
+    }
+
+    /// Runs one backend operation under `op_timeout`, recording latency, errors and `up`.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, LogError>>,
+    ) -> Result<T, LogError> {
+        let started = Instant::now();
+        let timeout = self.inner.config.op_timeout;
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(LogError::Unavailable(format!(
+                "redis {op} timed out after {timeout:?}"
+            ))),
+        };
+        metrics::histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        match &result {
+            Err(LogError::Unavailable(msg)) => {
+                metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => op).increment(1);
+                metrics::gauge!(BACKEND_UP).set(0.0);
+                tracing::debug!(op, error = %msg, "redis operation failed");
+            }
+            _ => metrics::gauge!(BACKEND_UP).set(1.0),
+        }
+        result
+    }
+
+    /// One page of the read script: the head and up to `count` raw entries from `start`.
+    async fn read_page(
+        &self,
+        keys: &Keys,
+        from: ReadFrom,
+        count: usize,
+    ) -> Result<(LogHead, Vec<RawEntry>), LogError> {
+        let args = ReadArgs {
+            keys,
+            fresh_epoch: Epoch::random(),
+            after: match from {
+                ReadFrom::Start => None,
+                ReadFrom::After(id) => Some(id.pos),
+            },
+            count,
+            idle_ttl_ms: self.inner.config.retention.idle_ttl_ms(),
+        };
+        let reply = self.read_script(&self.inner.scripts.read, &args).await?;
+        parse_read_reply(&reply)
+    }
+}
+
+#[async_trait::async_trait]
+impl EventLog for RedisLog {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    /// One `EVALSHA` for the whole batch (`append.lua`): the epoch is read (or created), the
+    /// expected epoch and `last-generated-id` are checked when given (compare-and-append on
+    /// the stream's last entry ID), and every event is `XADD … MAXLEN ~ <cap> * e <json>`ed
+    /// (no `MAXLEN` when `max_events` is 0 or checkpoints are in use) in the same script, so
+    /// the batch is wholly in the log or not at all. A candidate is handled after the `XADD`s:
+    /// `HMGET` of the pending checkpoint, its promotion (`HSET`/`HDEL` on the `ckpt` hash,
+    /// `XTRIM <log> MINID <pos + 1>`, exact), and `HSET` of the candidate as pending at the
+    /// batch's last entry ID. Then `max_age` (may promote the pending checkpoint, `TIME`,
+    /// `XTRIM … MINID`) and `idle_ttl` (`PEXPIRE` of the thread's three keys, in ms, when
+    /// less than `idle_ttl` is left: see the script). An `Unavailable` that comes from a
+    /// timeout cannot tell whether the script ran; the producer's retry is deduplicated
+    /// upstream (`X-Producer-Seq`).
+    async fn append_checked(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        expected: Option<LogHead>,
+        extras: AppendExtras,
+    ) -> Result<Vec<EventId>, LogError> {
+        self.timed("append", async {
+            let keys = self.keys(thread);
+            let retention = &self.inner.config.retention;
+            let args = AppendArgs {
+                keys: &keys,
+                fresh_epoch: Epoch::random(),
+                maxlen: retention.cap(false),
+                safety_cap: retention.cap(true),
+                expected,
+                candidate: extras.candidate.as_deref(),
+                candidate_min_gap: extras.candidate_min_gap,
+                max_age_ms: retention.max_age_ms(),
+                idle_ttl_ms: retention.idle_ttl_ms(),
+                producer: extras.producer.as_ref(),
+                channel: &self.inner.channel,
+                thread,
+                events,
+            };
+            let mut conn = self.inner.conn.clone();
+            let reply: Value = args
+                .invocation(&self.inner.scripts.append)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            parse_append_reply(&reply, events.len())
+        })
+        .await
+    }
+
+    /// Script: the epoch check (a new epoch clears the meta hash), then `HGET <meta> p:<id>`.
+    async fn producer_seq(&self, thread: &ThreadId, producer: &str) -> Result<u64, LogError> {
+        self.timed("producer", async {
+            let reply = self
+                .read_script(
+                    &self.inner.scripts.producer,
+                    &ProducerArgs {
+                        keys: &self.keys(thread),
+                        fresh_epoch: Epoch::random(),
+                        producer,
+                        idle_ttl_ms: self.inner.config.retention.idle_ttl_ms(),
+                    },
+                )
+                .await?;
+            match reply {
+                Value::Nil => Ok(0),
+                other => string(&other)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| malformed("producer sequence")),
+            }
+        })
+        .await
+    }
+
+    /// Script: the epoch check (a new epoch deletes the `ckpt` hash), then `HMGET <ckpt> pos
+    /// events`.
+    async fn checkpoint(&self, thread: &ThreadId) -> Result<Option<Checkpoint>, LogError> {
+        self.timed("checkpoint", async {
+            let reply = self
+                .read_script(
+                    &self.inner.scripts.checkpoint,
+                    &self.head_args(&self.keys(thread)),
+                )
+                .await?;
+            let fields = array(&reply)
+                .and_then(|items| items.get(1))
+                .and_then(array)
+                .ok_or_else(|| malformed("checkpoint reply"))?;
+            match fields {
+                [pos, events] => match (bytes_of(pos), bytes_of(events)) {
+                    (Some(_), Some(events)) => Ok(Some(Checkpoint {
+                        pos: parse_pos(pos)?,
+                        events: Bytes::copy_from_slice(events),
+                    })),
+                    _ => Ok(None),
+                },
+                _ => Err(malformed("checkpoint reply")),
+            }
+        })
+        .await
+    }
+
+    /// Script: epoch, `XINFO STREAM` head and `XRANGE <start> + COUNT <limit>` in one atomic
+    /// step, then `check_resumable` exactly as the memory backend. Invalid entries are
+    /// skipped (and further pages read, so `limit` valid entries come back when they exist).
+    async fn read(
+        &self,
+        thread: &ThreadId,
+        from: ReadFrom,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, LogError> {
+        self.timed("read", async {
+            let keys = self.keys(thread);
+            let mut out: Vec<LogEntry> = Vec::new();
+            let mut start = from;
+            let mut first_page = true;
+            loop {
+                let want = limit - out.len();
+                let (head, raw) = self.read_page(&keys, start, want).await?;
+                if let ReadFrom::After(id) = start
+                    && let Err(gap) = check_resumable(&head, id)
+                {
+                    if first_page {
+                        return Err(gap.into());
+                    }
+                    // Changed under a later page: return what was exact; the caller's next
+                    // read reports the gap.
+                    break;
+                }
+                first_page = false;
+                let complete_page = raw.len() >= want;
+                let last_raw = raw.last().map(|r| r.pos);
+                out.extend(decode_entries(thread, head.epoch, raw));
+                match last_raw {
+                    Some(pos) if complete_page && out.len() < limit => {
+                        start = ReadFrom::After(EventId {
+                            epoch: head.epoch,
+                            pos,
+                        });
+                    }
+                    _ => break,
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Script: epoch (created if missing) and the `XINFO STREAM` fields: `last` is
+    /// `last-generated-id`, `max_deleted` the highest removed position (see the module docs);
+    /// both `0-0` when the stream does not exist.
+    async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
+        self.timed("head", async {
+            let reply = self
+                .read_script(
+                    &self.inner.scripts.head,
+                    &self.head_args(&self.keys(thread)),
+                )
+                .await?;
+            parse_head(array(&reply).ok_or_else(|| malformed("head reply"))?)
+        })
+        .await
+    }
+
+    /// `PING`.
+    async fn ping(&self) -> Result<(), LogError> {
+        self.timed("ping", async {
+            retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable)
+        })
+        .await
+    }
+
+    /// Spawns the node's reader (one dedicated connection), its subscriber to the append
+    /// notes (a second connection, `SUBSCRIBE <prefix>:appended`) and its waker (`CLIENT
+    /// UNBLOCK` on the shared connection). All run until `shutdown` is cancelled; Redis outages
+    /// are retried with capped, jittered backoff (100 ms … 5 s) and the reader resumes from its
+    /// cursors. The module docs ("Tail") say how notes, reads and the fallback combine.
+    fn start_tail(
+        &self,
+        sink: mpsc::Sender<TailItem>,
+        shutdown: CancellationToken,
+    ) -> Arc<dyn Tail> {
+        tail::start(self.inner.clone(), sink, shutdown)
+    }
+}
+
+/// Runs an idempotent call (read, head, ping) once more when it failed because the shared
+/// connection was dropped: the connection manager reconnects in between, so a single lost
+/// connection (a Redis restart, `CLIENT KILL`, an idle timeout) does not surface as an error.
+/// Appends are never retried here: the script may have run.
+async fn retry_dropped<T, Fut>(mut attempt: impl FnMut() -> Fut) -> Result<T, RedisError>
+where
+    Fut: Future<Output = Result<T, RedisError>>,
+{
+    match attempt().await {
+        Err(e) if e.is_connection_dropped() || e.is_io_error() => attempt().await,
+        other => other,
+    }
+}

@@ -1,0 +1,427 @@
+//! The tail reader's Redis round trips on its dedicated connection: connecting (`CLIENT ID`,
+//! `SCRIPT LOAD`), the pipelined read and head scripts, the epoch checks and the `XREAD` over
+//! every followed stream.
+
+use super::{DIRTY_BATCH, Flow, Follow, TailReader, block_of, xread_interval};
+use crate::event::ThreadId;
+use crate::log::check_resumable;
+use crate::log::redis::resp::{
+    RawEntry, array, decode_entries, malformed, parse_epoch_str, parse_head, parse_read_reply,
+    parse_xread, string, unavailable,
+};
+use crate::log::redis::scripts::{HeadArgs, Keys, ReadArgs, ScriptArgs};
+use crate::log::{Epoch, EventId, LogError, LogHead, TailItem};
+use crate::metrics::BACKEND_UP;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl TailReader {
+    /// Reads dirty threads after their cursors (at most [`DIRTY_BATCH`] per call): pipelined
+    /// read scripts, each the epoch, the head and `XRANGE (<cursor> + COUNT n` in one atomic
+    /// step, then [`check_resumable`] of the cursor against that head: the entries are
+    /// delivered (after validation: they may come from a direct `XADD`), or a discontinuity.
+    /// A thread that returned a full page stays dirty.
+    pub(super) async fn read_dirty(&mut self) -> Result<Flow, LogError> {
+        let batch: Vec<ThreadId> = self.dirty.iter().take(DIRTY_BATCH).cloned().collect();
+        for thread in &batch {
+            self.dirty.remove(thread);
+        }
+        let now = Instant::now();
+        let todo: Vec<(ThreadId, Follow)> = {
+            let state = self.shared.state.lock();
+            batch
+                .into_iter()
+                .filter_map(|t| {
+                    let f = *state.follows.get(&t)?;
+                    // A broken thread waits for its retry time (the scan marks it again).
+                    f.retry_at.is_none_or(|at| now >= at).then_some((t, f))
+                })
+                .collect()
+        };
+        if todo.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let config = &self.log.config;
+        let count = config.read_count.max(1);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (thread, follow) in &todo {
+            ReadArgs {
+                keys: &Keys::new(&config.prefix, thread),
+                fresh_epoch: Epoch::random(),
+                after: Some(follow.cursor),
+                count,
+                idle_ttl_ms: config.retention.idle_ttl_ms(),
+            }
+            .evalsha(&mut pipe, &self.log.scripts.read);
+        }
+        let op_timeout = config.op_timeout;
+        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((thread, follow), reply) in todo.into_iter().zip(replies) {
+            let page = match &reply {
+                Value::ServerError(e) if matches!(e.code(), "WRONGTYPE" | "ERR") => {
+                    self.broken(
+                        &thread,
+                        follow.version,
+                        &LogError::Unavailable(format!("redis: {e}")),
+                    );
+                    continue;
+                }
+                Value::ServerError(e) => return Err(LogError::Unavailable(format!("redis: {e}"))),
+                other => parse_read_reply(other)?,
+            };
+            let (head, raw) = page;
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    if raw.len() >= count {
+                        self.dirty.insert(thread.clone());
+                    }
+                    let cursor = raw.last().map(|r| r.pos).unwrap_or(follow.cursor);
+                    let entries = decode_entries(&thread, follow.epoch, raw);
+                    let item = (!entries.is_empty()).then(|| TailItem::Entries {
+                        thread: thread.clone(),
+                        entries,
+                    });
+                    self.commit(&thread, follow.version, item, |f| {
+                        f.cursor = cursor;
+                        f.checked = Some(now);
+                        f.retry_at = None;
+                    })
+                    .await
+                }
+                Err(reason) => {
+                    self.discontinuity(thread, follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Opens the dedicated connection if there is none: `CLIENT ID` (for `CLIENT UNBLOCK`),
+    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the head and read scripts (pipelined `EVALSHA`
+    /// later).
+    pub(super) async fn connect(&mut self) -> Result<(), LogError> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        let config = &self.log.config;
+        let connection_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.op_timeout))
+            .set_response_timeout(Some(block_of(config) + config.op_timeout));
+        let client = &self.log.client;
+        let head = &self.log.scripts.head;
+        let read = &self.log.scripts.read;
+        let open = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&connection_config)
+                .await?;
+            // `CLIENT ID` / `SETNAME` may be denied (ACLs, managed services): the tail then
+            // works without early wake-ups (a new follow waits at most one `block`).
+            let id = match redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<u64>(&mut conn)
+                .await
+            {
+                Ok(id) => id,
+                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tracing::warn!(error = %e, "CLIENT ID refused; follows wait for the block timeout");
+                    0
+                }
+                Err(e) => return Err(e),
+            };
+            match redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg("agui-fanout-tail")
+                .query_async::<()>(&mut conn)
+                .await
+            {
+                Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
+                _ => {}
+            }
+            head.prepare_invoke().load_async(&mut conn).await?;
+            read.prepare_invoke().load_async(&mut conn).await?;
+            Ok::<_, RedisError>((conn, id))
+        };
+        let (conn, id) = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => return Err(LogError::Unavailable("shutting down".into())),
+            opened = tokio::time::timeout(config.op_timeout, open) => match opened {
+                Ok(Ok(opened)) => opened,
+                Ok(Err(e)) => return Err(unavailable(e)),
+                Err(_) => return Err(LogError::Unavailable("redis tail connect timed out".into())),
+            },
+        };
+        self.conn = Some(conn);
+        self.shared.reader_client_id.store(id, Ordering::SeqCst);
+        metrics::gauge!(BACKEND_UP).set(1.0);
+        // Redis may have restarted without its data: check every thread again.
+        for f in self.shared.state.lock().follows.values_mut() {
+            f.checked = None;
+        }
+        tracing::info!(client_id = id, "redis tail connected");
+        Ok(())
+    }
+
+    fn conn(&mut self) -> Result<&mut MultiplexedConnection, LogError> {
+        self.conn
+            .as_mut()
+            .ok_or_else(|| LogError::Unavailable("redis tail not connected".into()))
+    }
+
+    /// Sends `pipe` on the dedicated connection under `deadline`, watching for shutdown.
+    async fn query(
+        &mut self,
+        pipe: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<Option<Vec<Value>>, LogError> {
+        let shutdown = self.shutdown.clone();
+        let conn = self.conn()?;
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Ok(None),
+            reply = tokio::time::timeout(deadline, pipe.query_async::<Vec<Value>>(conn)) => match reply {
+                Ok(Ok(values)) => Ok(Some(values)),
+                Ok(Err(e)) => Err(unavailable(e)),
+                Err(_) => Err(LogError::Unavailable(format!("redis tail timed out after {deadline:?}"))),
+            },
+        }
+    }
+
+    /// Checks `due` threads: new follows get a full head check ([`check_resumable`] of their
+    /// cursor); the others an `HGET` of the epoch (a full check if it changed or vanished).
+    pub(super) async fn check(&mut self, due: Vec<(ThreadId, Follow)>) -> Result<Flow, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let op_timeout = self.log.config.op_timeout;
+        let (fresh, known): (Vec<_>, Vec<_>) =
+            due.into_iter().partition(|(_, f)| f.checked.is_none());
+        let mut full = fresh;
+        if !known.is_empty() {
+            let mut pipe = redis::pipe();
+            for (thread, _) in &known {
+                pipe.cmd("HGET")
+                    .arg(Keys::new(&prefix, thread).meta)
+                    .arg("epoch");
+            }
+            let Some(epochs) = self.query(&pipe, op_timeout).await? else {
+                return Ok(Flow::Stop);
+            };
+            let now = Instant::now();
+            for ((thread, follow), epoch) in known.into_iter().zip(epochs) {
+                // An error reply (the meta key of another type) is checked in full below.
+                let same = string(&epoch)
+                    .and_then(|s| parse_epoch_str(&s))
+                    .is_some_and(|e| e == follow.epoch);
+                if same {
+                    self.update(&thread, follow.version, |f| f.checked = Some(now));
+                } else {
+                    full.push((thread, follow));
+                }
+            }
+        }
+        if full.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let heads = self.heads(full.iter().map(|(t, _)| t)).await?;
+        let Some(heads) = heads else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((thread, follow), head) in full.into_iter().zip(heads) {
+            let head = match head {
+                Ok(head) => head,
+                Err(e) => {
+                    self.broken(&thread, follow.version, &e);
+                    continue;
+                }
+            };
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    self.update(&thread, follow.version, |f| {
+                        f.checked = Some(now);
+                        f.retry_at = None;
+                    });
+                    Flow::Continue
+                }
+                Err(reason) => {
+                    self.discontinuity(thread, follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Pipelined head scripts (`EVALSHA`, loaded at connect) for `threads`, in order. An error
+    /// of one thread's own keys is that thread's `Err`; any other error fails the whole call.
+    async fn heads<'a>(
+        &mut self,
+        threads: impl Iterator<Item = &'a ThreadId>,
+    ) -> Result<Option<Vec<Result<LogHead, LogError>>>, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for thread in threads {
+            HeadArgs {
+                keys: &Keys::new(&prefix, thread),
+                fresh_epoch: Epoch::random(),
+                idle_ttl_ms: self.log.config.retention.idle_ttl_ms(),
+            }
+            .evalsha(&mut pipe, &self.log.scripts.head);
+        }
+        let op_timeout = self.log.config.op_timeout;
+        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+            return Ok(None);
+        };
+        replies
+            .iter()
+            .map(|reply| match reply {
+                Value::ServerError(e) if matches!(e.code(), "WRONGTYPE" | "ERR") => {
+                    Ok(Err(LogError::Unavailable(format!("redis: {e}"))))
+                }
+                Value::ServerError(e) => Err(LogError::Unavailable(format!("redis: {e}"))),
+                other => Ok(array(other)
+                    .ok_or_else(|| malformed("head reply"))
+                    .and_then(parse_head)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <cursors…>` (`BLOCK` in blocking mode; the
+    /// notified mode's periodic read returns at once), then, for the threads that got entries,
+    /// a pipelined head check: the entries are delivered only if the cursor was still
+    /// resumable (same epoch, nothing after it trimmed); otherwise a discontinuity.
+    pub(super) async fn xread(
+        &mut self,
+        follows: Vec<(ThreadId, Follow)>,
+        block: bool,
+    ) -> Result<Flow, LogError> {
+        if let Some(at) = self.last_busy_xread.take().filter(|_| block) {
+            let next = at + xread_interval(follows.len());
+            if next > Instant::now() {
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => return Ok(Flow::Stop),
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                }
+            }
+        }
+        let sent = Instant::now();
+        let log = self.log.clone();
+        let config = &log.config;
+        let generation = self.shared.seen_generation.load(Ordering::SeqCst);
+        if generation != self.keys_generation {
+            let followed: std::collections::HashSet<&ThreadId> =
+                follows.iter().map(|(t, _)| t).collect();
+            self.stream_keys.retain(|t, _| followed.contains(t));
+            self.keys_generation = generation;
+        }
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(config.read_count.max(1));
+        if block {
+            cmd.arg("BLOCK")
+                .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
+        }
+        cmd.arg("STREAMS");
+        let mut by_key: HashMap<Arc<str>, usize> = HashMap::with_capacity(follows.len());
+        for (i, (thread, _)) in follows.iter().enumerate() {
+            let key = self
+                .stream_keys
+                .entry(thread.clone())
+                .or_insert_with(|| Keys::new(&config.prefix, thread).stream.into());
+            cmd.arg(&**key);
+            by_key.insert(key.clone(), i);
+        }
+        for (_, follow) in &follows {
+            cmd.arg(follow.cursor.to_string());
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        let deadline = if block {
+            block_of(config) + config.op_timeout
+        } else {
+            config.op_timeout
+        };
+        let Some(mut replies) = self.query(&pipe, deadline).await? else {
+            return Ok(Flow::Stop);
+        };
+        let reply = replies.pop().unwrap_or(Value::Nil);
+        let mut got: Vec<(usize, Vec<RawEntry>)> = Vec::new();
+        for (key, entries) in parse_xread(&reply)? {
+            if let Some(&i) = by_key.get(key.as_str())
+                && !entries.is_empty()
+            {
+                got.push((i, entries));
+            }
+        }
+        if got.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        if block {
+            self.last_busy_xread = Some(sent);
+        }
+        let Some(heads) = self.heads(got.iter().map(|(i, _)| &follows[*i].0)).await? else {
+            return Ok(Flow::Stop);
+        };
+        let now = Instant::now();
+        for ((i, raw), head) in got.into_iter().zip(heads) {
+            let (thread, follow) = &follows[i];
+            let head = match head {
+                Ok(head) => head,
+                Err(e) => {
+                    self.broken(thread, follow.version, &e);
+                    continue;
+                }
+            };
+            let at = EventId {
+                epoch: follow.epoch,
+                pos: follow.cursor,
+            };
+            let flow = match check_resumable(&head, at) {
+                Ok(()) => {
+                    let cursor = raw.last().map(|r| r.pos).unwrap_or(follow.cursor);
+                    let entries = decode_entries(thread, follow.epoch, raw);
+                    let item = (!entries.is_empty()).then(|| TailItem::Entries {
+                        thread: thread.clone(),
+                        entries,
+                    });
+                    self.commit(thread, follow.version, item, |f| {
+                        f.cursor = cursor;
+                        f.checked = Some(now);
+                    })
+                    .await
+                }
+                Err(reason) => {
+                    self.discontinuity(thread.clone(), follow.version, head, reason)
+                        .await
+                }
+            };
+            if let Flow::Stop = flow {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
