@@ -3,7 +3,7 @@
 //! A connection whose first request is an HTTP/1 subscribe (`GET
 //! /v1/threads/{threadId}/events`, no body, head within [`PEEK_BYTES`]) is served here: the
 //! head is parsed with `httparse` from a `peek` of the socket, the subscription is opened with
-//! the same [`subscribe::open`] the router's handler uses, and the stream is written by
+//! the same `subscribe::open` the router's handler uses, and the stream is written by
 //! [`stream::write_socket`] straight to the socket, delimited by the connection's close
 //! (RFC 9112 §6.3). Every other connection (publish, health, metrics, HTTP/2, a subscribe
 //! with anything unusual in its head) is handed untouched — nothing was read from it — to

@@ -6,19 +6,20 @@
 //!   read; that task waits for room (it is the only producer that may wait);
 //! - the **live lane**, filled by the hub's fan-out, which never waits: a push that would go
 //!   over `max_events` or `max_bytes` fails and the hub applies its slow-consumer policy
-//!   (coalesce, then [`reset`]).
+//!   (coalesce, then reset).
 //!
 //! The writer drains the backfill lane first, then the live lane, and skips any frame at or
 //! before the last position it wrote, which makes the backfill → live hand-over exact.
 //!
-//! Beside the queue: [`frame`] (the queue's item), [`coalesce`] (the pure merge rules),
-//! [`reset`] (an overflow's snapshot-and-reset bridge) and [`direct`] (the fan-out writing a
-//! frame through the writer's [`Sink`] itself). The lock discipline is on [`ConnQueue`].
+//! Beside the queue: `frame.rs` ([`Frame`], the queue's item), [`coalesce`](mod@coalesce)
+//! (the pure merge rules), `reset.rs` (an overflow's snapshot-and-reset bridge,
+//! [`BridgeSource`]) and `direct.rs` (the fan-out writing a frame through the writer's
+//! [`Sink`] itself). The lock discipline is on [`ConnQueue`].
 
 pub mod coalesce;
-pub mod direct;
-pub mod frame;
-pub mod reset;
+mod direct;
+mod frame;
+mod reset;
 
 pub use coalesce::MergeKey;
 pub use direct::Sink;
@@ -129,7 +130,7 @@ pub struct Overflow;
 /// # Lock discipline
 /// One `parking_lot::Mutex` per connection (`inner`), held only to move `Bytes` handles and
 /// flags, never across an `.await`. Lock order: the hub's thread state → this queue's lock →
-/// the socket: a direct write (see [`direct`]) calls [`Sink::send`] under this lock, so that
+/// the socket: a direct write (`direct.rs`) calls [`Sink::send`] under this lock, so that
 /// it cannot interleave with the writer's own writes. Nothing else is called under it: the
 /// writer is woken and the backfill task notified after it is dropped, and a
 /// [`BridgeSource`] is called without it (it takes the thread's lock, then this one). The

@@ -1,7 +1,7 @@
 //! A subscriber's stream writers: they drain the connection's queue into the client, with
 //! heartbeats when idle and the stream's last words when it ends.
 //!
-//! Data path position: `queue` → **`stream`** → client. Two writers share [`WriterState`]:
+//! Data path position: `queue` → **`stream`** → client. Two writers share `WriterState`:
 //! - [`body`]: the hyper response body (HTTP/2, and HTTP/1 requests the connection front hands
 //!   to hyper);
 //! - [`write_socket`]: the direct socket writer of the connection front (`http::conn`); it
@@ -63,7 +63,7 @@ impl StreamSettings {
 pub type Guard = Box<dyn Send + Sync + 'static>;
 
 /// The first write of a stream: `retry:`, then the `prefix` frames (comments, a prelude).
-pub fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Bytes {
+fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Bytes {
     let mut first = BytesMut::new();
     first.extend_from_slice(&sse::encode_retry(settings.retry_ms));
     for p in prefix {
