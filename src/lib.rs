@@ -13,8 +13,9 @@
 //! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run status).
 //! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
 //! - [`hub`]: one reader per thread per node, fan-out of encoded frames into queues.
-//! - [`queue`]: the per-connection bounded queue.
-//! - [`sse`]: the SSE wire encoding and the subscriber's response body.
+//! - [`queue`]: the per-connection bounded queue (frames, coalescing, reset).
+//! - [`stream`]: the subscriber's writers (hyper body, direct socket) that drain the queue.
+//! - [`sse`]: the SSE wire encoding (a leaf).
 //!
 //! Around it: [`config`] (file + env + CLI), [`app`] (wiring, serving, graceful drain),
 //! [`metrics`] (every metric name), [`cli`] (the `replay` and `token` subcommands).
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod prelude;
 pub mod queue;
 pub mod sse;
+pub mod stream;
 
 /// Where the test data is: `tests/fixtures/` of this repository (recorded AG-UI runs,
 /// AG-UI conformance streams, JSON Patch conformance data; origins and licences in

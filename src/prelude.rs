@@ -5,7 +5,7 @@
 //!
 //! Pure functions: the hub calls them under the thread's lock with its [`ThreadFold`] and
 //! encodes the result; only the last event of a prelude carries an `id:` (a bridge also marks its
-//! first event, see `sse::Frame::bridge`).
+//! first event, see `queue::Frame::bridge`).
 //!
 //! Recipe (fresh connection):
 //! 1. the current run's original `RUN_STARTED` (`input` included), with

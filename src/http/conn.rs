@@ -3,8 +3,8 @@
 //! A connection whose first request is an HTTP/1 subscribe (`GET
 //! /v1/threads/{threadId}/events`, no body, head within [`PEEK_BYTES`]) is served here: the
 //! head is parsed with `httparse` from a `peek` of the socket, the subscription is opened with
-//! the same [`subscribe::open`] the router's handler uses, and the stream is written by
-//! [`sse::write_socket`] straight to the socket, delimited by the connection's close
+//! the same `subscribe::open` the router's handler uses, and the stream is written by
+//! [`stream::write_socket`] straight to the socket, delimited by the connection's close
 //! (RFC 9112 §6.3). Every other connection (publish, health, metrics, HTTP/2, a subscribe
 //! with anything unusual in its head) is handed untouched — nothing was read from it — to
 //! hyper and the axum router, which answer exactly as before.
@@ -18,7 +18,7 @@
 
 use super::subscribe::{self, Opened, SSE_HEADERS, SubscribeQuery};
 use super::{AppState, cors};
-use crate::sse;
+use crate::stream;
 use axum::Router;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -252,7 +252,7 @@ async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppSta
     else {
         return;
     };
-    sse::write_socket(stream, head, queue, prefix, settings, guard).await
+    stream::write_socket(stream, head, queue, prefix, settings, guard).await
 }
 
 /// Everything of a front-served subscribe before its stream: consumes the head `route` only
@@ -453,7 +453,7 @@ mod tests {
         (client, server)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_stalled_http2_preface_is_closed_by_the_head_timeout() {
         let patience = Duration::from_millis(300);
         let (mut client, server) = pair().await;

@@ -10,7 +10,8 @@ use crate::hub::{Outcome, Start};
 use crate::log::ResumeId;
 use crate::metrics as m;
 use crate::queue::ConnQueue;
-use crate::sse::{self, Guard, StreamSettings};
+use crate::sse;
+use crate::stream::{self, Guard, StreamSettings};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -28,7 +29,7 @@ use std::time::SystemTime;
 pub struct SubscribeQuery {
     /// Resume point for clients that cannot set `Last-Event-ID`.
     pub last_event_id: Option<String>,
-    /// `start`: replay the retained log from its first event.
+    /// `start`: the retained log from its first event on.
     pub from: Option<String>,
     /// A bearer token (RFC 6750 §2.3), for clients that cannot set `Authorization` (SPEC §8).
     #[serde(rename = "access_token")]
@@ -87,7 +88,7 @@ pub async fn subscribe(
             guard,
             settings,
         } => {
-            let body = sse::body(queue, prefix, settings, guard);
+            let body = stream::body(queue, prefix, settings, guard);
             Ok(sse_response(Body::from_stream(body)))
         }
         Opened::Unavailable(body) => Ok(sse_response(Body::from(body))),

@@ -33,8 +33,7 @@ use crate::log::{
 };
 use crate::metrics as m;
 use crate::prelude;
-use crate::queue::{BridgeSource, CloseReason, ConnQueue, MergeKey, Pushed, QueueLimits};
-use crate::sse::Frame;
+use crate::queue::{BridgeSource, CloseReason, ConnQueue, Frame, MergeKey, Pushed, QueueLimits};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use rand::seq::SliceRandom;
@@ -500,7 +499,7 @@ impl Hub {
             }
             let merge = match v {
                 Some(v) => fold_event(&mut st, thread, e.event_type, v),
-                None => MergeKey::None,
+                None => MergeKey::Never,
             };
             frames.push(
                 Frame::new(e.id, e.event_type, &e.json, born, merge).with_view(st.view.clone()),
@@ -735,7 +734,7 @@ async fn replay(
             .map(|e| Frame::encode(e, born))
             .collect();
         let full = entries.len() == REPLAY_PAGE;
-        if !frames.is_empty() && !queue.push_replay(frames).await {
+        if !frames.is_empty() && !queue.push_backfill(frames).await {
             return;
         }
         if !full || last.pos >= until {
@@ -743,5 +742,5 @@ async fn replay(
         }
         from = ReadFrom::After(last);
     }
-    queue.finish_replay();
+    queue.finish_backfill();
 }

@@ -15,8 +15,8 @@
 //!
 //! A merged event carries the id of the last event merged.
 
+use super::Frame;
 use crate::event::EventType;
-use crate::sse::Frame;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 pub enum MergeKey {
     /// Never merged.
     #[default]
-    None,
+    Never,
     /// A content or args delta: merges with adjacent frames of the same type and key.
     Delta {
         /// `TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS` or `REASONING_MESSAGE_CONTENT`.
@@ -56,7 +56,7 @@ impl MergeKey {
             EventType::TextMessageContent | EventType::ReasoningMessageContent => "messageId",
             EventType::ToolCallArgs => "toolCallId",
             EventType::StateDelta => return MergeKey::StateDelta { clean, state_after },
-            _ => return MergeKey::None,
+            _ => return MergeKey::Never,
         };
         let id = event.get(id_field).and_then(Value::as_str).unwrap_or("");
         let sub = event
@@ -181,10 +181,10 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
                 snap.insert("type".into(), Value::String("STATE_SNAPSHOT".into()));
                 snap.insert("snapshot".into(), state);
                 merged = snap;
-                (EventType::StateSnapshot, MergeKey::None)
+                (EventType::StateSnapshot, MergeKey::Never)
             }
         }
-        MergeKey::None => return None,
+        MergeKey::Never => return None,
     };
     let json = Bytes::from(serde_json::to_vec(&Value::Object(merged)).ok()?);
     // The order state after the merged event is the last one's: a reset can still bridge

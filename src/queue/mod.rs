@@ -1,41 +1,41 @@
-//! The per-connection bounded queue between the hub and a subscriber's SSE writer (SPEC §5).
+//! The per-connection bounded queue between the hub and a subscriber's stream writer
+//! (SPEC §5).
 //!
-//! Data path position: `hub` → **`queue`** → `sse`. Two lanes:
-//! - the **replay lane**, filled by the connection's replay task with log pages it read for a
-//!   resume; that task waits for room (it is the only producer that may wait);
+//! Data path position: `hub` → **`queue`** → `stream`. Two lanes:
+//! - the **backfill lane**, filled by the hub's backfill of a resume with the log pages it
+//!   read; that task waits for room (it is the only producer that may wait);
 //! - the **live lane**, filled by the hub's fan-out, which never waits: a push that would go
-//!   over `max_events` or `max_bytes` fails and the hub applies its slow-consumer policy.
+//!   over `max_events` or `max_bytes` fails and the hub applies its slow-consumer policy
+//!   (coalesce, then reset).
 //!
-//! The writer drains the replay lane first, then the live lane, and skips any frame at or
-//! before the last position it wrote, which makes the replay → live hand-over exact.
+//! The writer drains the backfill lane first, then the live lane, and skips any frame at or
+//! before the last position it wrote, which makes the backfill → live hand-over exact.
 //!
-//! Direct writes: when the writer writes to a raw socket ([`ConnQueue::attach_socket`]), a live
-//! push that finds nothing pending and the writer idle is written to the socket by the pusher
-//! itself, under the queue's lock (so it cannot interleave with the writer); the unwritten rest
-//! of a partial write is kept ahead of everything else.
-//!
-//! Lock discipline: one `parking_lot::Mutex` per connection, held only to move `Bytes`
-//! handles; the writer is woken after the lock is dropped. The writer is the only consumer,
-//! so it waits on an `AtomicWaker` (one atomic swap per push) rather than a `Notify`, whose
-//! waiter list takes a lock at every poll and drop.
+//! Beside the queue: `frame.rs` ([`Frame`], the queue's item), [`coalesce`](mod@coalesce)
+//! (the pure merge rules), `reset.rs` (an overflow's snapshot-and-reset bridge,
+//! [`BridgeSource`]) and `direct.rs` (the fan-out writing a frame through the writer's
+//! [`Sink`] itself). The lock discipline is on [`ConnQueue`].
 
 pub mod coalesce;
+mod direct;
+mod frame;
+mod reset;
 
 pub use coalesce::MergeKey;
+pub use direct::Sink;
+pub use frame::Frame;
+pub use reset::BridgeSource;
 
 use crate::event::order::OrderChecker;
-use coalesce::coalesce;
-use std::sync::Arc;
-
 use crate::log::StreamPos;
-use crate::sse::Frame;
 use bytes::{Bytes, BytesMut};
+use coalesce::coalesce;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// Events pending in all connection queues of this process (for the queue-depth gauge).
@@ -72,7 +72,7 @@ pub enum CloseReason {
     Overflow,
     /// The log lost continuity under the tail (recreated or trimmed past the node's position).
     Discontinuity,
-    /// Reading the log for a replay failed (backend unavailable).
+    /// Reading the log for a backfill failed (backend unavailable).
     Backend,
     /// The node is shutting down.
     Shutdown,
@@ -109,25 +109,6 @@ pub enum Drained {
     Closed(CloseReason),
 }
 
-/// Builds a reset bridge on demand (SPEC §5 "Reset"); the hub implements it for each
-/// subscriber of a thread.
-///
-/// A reset is lazy: on overflow the hub only marks the queue ([`ConnQueue::begin_reset`]),
-/// which drops what is pending and every later push; the bridge is built when the writer
-/// comes back for more (the client reads again), from what the client was last given to the
-/// fold at the newest id. A stalled client therefore costs one lock per event and no memory,
-/// however long it stalls, and a client that overflows many times before it reads gets one
-/// bridge, not one per overflow.
-pub trait BridgeSource: Send + Sync {
-    /// Builds the bridge from `queue`'s client view ([`ConnQueue::client_view`]) to the
-    /// thread's fold at its newest id and installs it with [`ConnQueue::install_bridge`],
-    /// atomically with the fan-out (every frame pushed afterwards is newer than the bridge).
-    /// When no bridge can be built (the thread's fold or the client's view is unknown, the
-    /// thread is no longer followed) it closes the queue with [`CloseReason::Overflow`]
-    /// instead: the client comes back with its last id.
-    fn bridge(&self, queue: &ConnQueue);
-}
-
 /// What a live push that fitted did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pushed {
@@ -144,24 +125,35 @@ pub enum Pushed {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow;
 
-/// One connection's queue. Shared (`Arc`) by the hub, the replay task and the writer.
+/// One connection's queue. Shared (`Arc`) by the hub, the backfill task and the writer.
+///
+/// # Lock discipline
+/// One `parking_lot::Mutex` per connection (`inner`), held only to move `Bytes` handles and
+/// flags, never across an `.await`. Lock order: the hub's thread state → this queue's lock →
+/// the socket: a direct write (`direct.rs`) calls [`Sink::send`] under this lock, so that
+/// it cannot interleave with the writer's own writes. Nothing else is called under it: the
+/// writer is woken and the backfill task notified after it is dropped, and a
+/// [`BridgeSource`] is called without it (it takes the thread's lock, then this one). The
+/// writer is the only consumer, so it waits on an `AtomicWaker` (one atomic swap per push)
+/// rather than a `Notify`, whose waiter list takes a lock at every poll and drop.
 pub struct ConnQueue {
     inner: Mutex<Inner>,
     /// Wakes the writer (its only consumer). A wake before the writer registered is not
     /// lost: the writer registers, then looks at the lanes.
     writer: AtomicWaker,
-    /// Wakes the replay task waiting for room.
-    replay_room: Notify,
+    /// Wakes the backfill task waiting for room.
+    backfill_room: Notify,
     limits: QueueLimits,
 }
 
+/// What [`ConnQueue`]'s lock guards.
 struct Inner {
     /// The order state after the last frame the writer took (what the client has), when
     /// known; the base of a reset bridge.
     client_view: Option<Arc<OrderChecker>>,
-    replay: VecDeque<Frame>,
-    /// The replay task is done (or there was none): the live lane may be drained.
-    replay_done: bool,
+    backfill: VecDeque<Frame>,
+    /// The backfill task is done (or there was none): the live lane may be drained.
+    backfill_done: bool,
     live: VecDeque<Frame>,
     live_bytes: usize,
     /// Last position written to the client; frames at or before it are skipped.
@@ -177,8 +169,8 @@ struct Inner {
     bridges: Option<Arc<dyn BridgeSource>>,
     closed: Option<CloseReason>,
     /// The subscriber's socket, when its writer writes to the raw socket (see
-    /// [`ConnQueue::attach_socket`]): the hub may then write a frame itself.
-    socket: Option<Arc<TcpStream>>,
+    /// [`ConnQueue::attach_sink`]): the hub may then write a frame itself.
+    sink: Option<Arc<dyn Sink>>,
     /// The writer holds bytes it took and has not finished writing (or is writing a
     /// heartbeat): nobody else may write to the socket meanwhile.
     writer_busy: bool,
@@ -188,19 +180,19 @@ struct Inner {
 
 impl ConnQueue {
     /// A queue whose writer starts after `after` (the client's last position, or ZERO).
-    /// With `replay` true the live lane is held back until [`ConnQueue::finish_replay`].
+    /// With `backfill` true the live lane is held back until [`ConnQueue::finish_backfill`].
     /// `view` is the client's order state at `after` when known (after a prelude).
     pub fn new(
         limits: QueueLimits,
         after: StreamPos,
-        replay: bool,
+        backfill: bool,
         view: Option<Arc<OrderChecker>>,
     ) -> Self {
         ConnQueue {
             inner: Mutex::new(Inner {
                 client_view: view,
-                replay: VecDeque::new(),
-                replay_done: !replay,
+                backfill: VecDeque::new(),
+                backfill_done: !backfill,
                 live: VecDeque::new(),
                 live_bytes: 0,
                 last: after,
@@ -208,12 +200,12 @@ impl ConnQueue {
                 reset_pending: false,
                 bridges: None,
                 closed: None,
-                socket: None,
+                sink: None,
                 writer_busy: false,
                 partial: None,
             }),
             writer: AtomicWaker::new(),
-            replay_room: Notify::new(),
+            backfill_room: Notify::new(),
             limits,
         }
     }
@@ -224,7 +216,7 @@ impl ConnQueue {
     }
 
     /// Appends frames to the live lane without waiting, or writes a single frame to the socket
-    /// at once (see [`ConnQueue::attach_socket`]). When they do not fit, the lane is coalesced
+    /// at once (see [`ConnQueue::attach_sink`]). When they do not fit, the lane is coalesced
     /// first (SPEC §5: a subscriber that is behind gets its pending deltas merged).
     ///
     /// A frame written at once is not counted in `agui_publish_to_write_seconds` here: the
@@ -243,7 +235,7 @@ impl ConnQueue {
                 return Ok(Pushed::Dropped);
             }
             if let [frame] = frames
-                && Self::write_direct(&mut q, frame)
+                && q.write_direct(frame)
             {
                 let partly = q.partial.is_some();
                 drop(q);
@@ -271,134 +263,10 @@ impl ConnQueue {
         result
     }
 
-    /// Lets the hub write frames straight to `socket` while nothing is pending and the writer
-    /// is idle (a subscriber that keeps up then costs no wake-up of its writer per event). The
-    /// writer calls [`ConnQueue::writer_done`] after each of its own writes and
-    /// [`ConnQueue::detach_socket`] when it ends.
-    pub fn attach_socket(&self, socket: Arc<TcpStream>) {
-        self.inner.lock().socket = Some(socket);
-    }
-
-    /// Forgets the socket (the writer ended): the connection closes with the writer's handle.
-    pub fn detach_socket(&self) {
-        self.inner.lock().socket = None;
-    }
-
-    /// The writer finished writing what it took: the socket is free again.
-    pub fn writer_done(&self) {
-        self.inner.lock().writer_busy = false;
-    }
-
-    /// The writer is about to write bytes of its own (a heartbeat): `false` when a partly
-    /// written frame must go first (the writer then drains instead).
-    pub fn begin_own_write(&self) -> bool {
-        let mut q = self.inner.lock();
-        if q.partial.is_some() {
-            return false;
-        }
-        q.writer_busy = true;
-        true
-    }
-
-    /// Writes `frame` to the attached socket under the queue's lock, when that keeps the
-    /// stream's order: nothing pending, no replay, writer idle, frame newer than the last one
-    /// written. `false`: nothing was written (the caller queues the frame). A partial write
-    /// keeps the rest in `partial`, ahead of everything else.
-    fn write_direct(q: &mut Inner, frame: &Frame) -> bool {
-        let Some(socket) = q.socket.as_ref() else {
-            return false;
-        };
-        if !q.replay_done
-            || q.reset_pending
-            || !q.replay.is_empty()
-            || !q.live.is_empty()
-            || q.writer_busy
-            || q.partial.is_some()
-            || frame.id.pos <= q.last
-        {
-            return false;
-        }
-        // `send(2)` on the socket directly, not tokio's `try_write`: that one first reads the
-        // socket's readiness word (a cache miss per subscriber: 4–6% of the node's samples at
-        // 10,000 connections) to skip a syscall that is rarely skipped here. A full socket
-        // answers `EAGAIN` either way; the writer's own `try_write` then clears the stale
-        // readiness and waits for room.
-        match socket2::SockRef::from(socket.as_ref()).send(&frame.bytes) {
-            Ok(n) => {
-                if n < frame.bytes.len() {
-                    q.partial = Some(frame.bytes.slice(n..));
-                }
-                q.last = frame.id.pos;
-                q.client_view = frame.view.clone();
-                true
-            }
-            // Full (the writer waits for room) or failed (the writer notices the close).
-            Err(_) => false,
-        }
-    }
-
-    /// Sets what builds this queue's reset bridges (the hub, once, when it registers the
-    /// subscriber).
-    pub fn set_bridge_source(&self, bridges: Arc<dyn BridgeSource>) {
-        self.inner.lock().bridges = Some(bridges);
-    }
-
-    /// Starts a snapshot-and-reset (SPEC §5 "Reset"): drops everything pending in the live lane
-    /// and every later push, until the writer comes back and has the bridge built (see
-    /// [`BridgeSource`]). Returns `false` (and changes nothing) when no reset is possible: the
-    /// client's view is unknown (a replay is still being written), the queue has no
-    /// [`BridgeSource`] or is closed; the caller closes the queue then.
-    pub fn begin_reset(&self) -> bool {
-        {
-            let mut q = self.inner.lock();
-            if q.closed.is_some() || !q.replay_done || !q.replay.is_empty() || q.bridges.is_none() {
-                return false;
-            }
-            // The owed bridge counts as one pending event (the queue-depth gauge then shows
-            // that this writer has something to write).
-            let dropped = q.live.len() as i64 - 1;
-            // Frees the lane's capacity too (up to `max_events` entries): a stalled client
-            // keeps nothing.
-            q.live = VecDeque::new();
-            q.live_bytes = 0;
-            q.bridge_pending = false;
-            q.reset_pending = true;
-            PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
-            PENDING_RESETS.fetch_add(1, Ordering::Relaxed);
-        }
-        self.writer.wake();
-        true
-    }
-
-    /// Queues `bridge` (which stands for the thread's fold at `bridge.id`) ahead of anything
-    /// pushed after it and ends the pending reset. Called by a [`BridgeSource`] under the
-    /// thread's lock, so that every later push is newer than the bridge. Ignored on a closed
-    /// queue.
-    pub fn install_bridge(&self, bridge: Frame) {
-        let mut q = self.inner.lock();
-        if q.closed.is_some() {
-            return;
-        }
-        if q.reset_pending {
-            // The bridge was counted as pending by `begin_reset`.
-            q.reset_pending = false;
-            PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
-        } else {
-            PENDING_EVENTS.fetch_add(1, Ordering::Relaxed);
-        }
-        q.live.push_front(bridge);
-        q.bridge_pending = true;
-    }
-
-    /// Whether a reset is pending: the live lane overflowed and the writer has not come back
-    /// for its bridge yet (the client is not reading).
-    pub fn reset_pending(&self) -> bool {
-        self.inner.lock().reset_pending
-    }
-
     /// What the live lane holds now, as `(frames, bytes)`, a pending reset bridge included
-    /// (so this can exceed [`QueueLimits`] by one bridge). The replay lane is not counted (it
-    /// is bounded by the replay task waiting for room). Read-only, for tests and diagnostics.
+    /// (so this can exceed [`QueueLimits`] by one bridge). The backfill lane is not counted
+    /// (it is bounded by the backfill task waiting for room). Read-only, for tests and
+    /// diagnostics.
     pub fn pending(&self) -> (usize, usize) {
         let q = self.inner.lock();
         (q.live.len(), q.live.iter().map(|f| f.bytes.len()).sum())
@@ -408,11 +276,6 @@ impl ConnQueue {
     fn over_bounds(&self, q: &Inner) -> bool {
         let frames = q.live.len() - usize::from(q.bridge_pending && !q.live.is_empty());
         frames > self.limits.max_events || q.live_bytes > self.limits.max_bytes
-    }
-
-    /// Whether a reset bridge is queued and not yet taken by the writer.
-    pub fn bridge_pending(&self) -> bool {
-        self.inner.lock().bridge_pending
     }
 
     /// The position of the last frame taken by the writer or written at once (or where the
@@ -427,12 +290,12 @@ impl ConnQueue {
         self.inner.lock().client_view.clone()
     }
 
-    /// Appends replayed frames, waiting while the replay lane holds `max_events / 2` or more.
-    /// Returns `false` if the queue was closed (stop replaying).
-    pub async fn push_replay(&self, frames: Vec<Frame>) -> bool {
+    /// Appends frames the backfill read from the log, waiting while the backfill lane holds
+    /// `max_events / 2` or more. Returns `false` if the queue was closed (stop the backfill).
+    pub async fn push_backfill(&self, frames: Vec<Frame>) -> bool {
         let high_water = (self.limits.max_events / 2).max(1);
         loop {
-            let room = self.replay_room.notified();
+            let room = self.backfill_room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             {
@@ -440,9 +303,9 @@ impl ConnQueue {
                 if q.closed.is_some() {
                     return false;
                 }
-                if q.replay.len() < high_water {
+                if q.backfill.len() < high_water {
                     let n = frames.len() as i64;
-                    q.replay.extend(frames);
+                    q.backfill.extend(frames);
                     drop(q);
                     PENDING_EVENTS.fetch_add(n, Ordering::Relaxed);
                     self.writer.wake();
@@ -453,9 +316,9 @@ impl ConnQueue {
         }
     }
 
-    /// Marks the replay done: the writer moves on to the live lane.
-    pub fn finish_replay(&self) {
-        self.inner.lock().replay_done = true;
+    /// Marks the backfill done: the writer moves on to the live lane.
+    pub fn finish_backfill(&self) {
+        self.inner.lock().backfill_done = true;
         self.writer.wake();
     }
 
@@ -467,18 +330,18 @@ impl ConnQueue {
                 return;
             }
             q.closed = Some(reason);
-            let dropped = (q.replay.len() + q.live.len() + usize::from(q.reset_pending)) as i64;
+            let dropped = (q.backfill.len() + q.live.len() + usize::from(q.reset_pending)) as i64;
             if q.reset_pending {
                 q.reset_pending = false;
                 PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
             }
-            q.replay.clear();
+            q.backfill.clear();
             q.live.clear();
             q.live_bytes = 0;
             PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
         }
         self.writer.wake();
-        self.replay_room.notify_one();
+        self.backfill_room.notify_one();
     }
 
     /// Pending frames at which a write counts as "behind" and is coalesced: half of
@@ -511,27 +374,11 @@ impl ConnQueue {
     /// Takes every ready frame without waiting; `None` when there is nothing to do. A pending
     /// reset has its bridge built first (by the [`BridgeSource`], on this caller's time).
     pub fn try_drain(&self) -> Option<Drained> {
-        // A bridge is built, or the queue closed, at the first attempt; more attempts only when
-        // the lane overflowed again in between (a burst larger than the queue).
-        for attempt in 0.. {
-            let bridges = {
-                let q = self.inner.lock();
-                if !q.reset_pending || q.partial.is_some() || q.closed.is_some() {
-                    break;
-                }
-                q.bridges.clone()
-            };
-            match bridges {
-                // Installs the bridge or closes the queue; either ends the pending reset.
-                Some(b) if attempt < 3 => b.bridge(self),
-                // No source (`begin_reset` requires one), or the bursts keep coming.
-                _ => self.close(CloseReason::Overflow),
-            }
-        }
+        self.build_pending_bridge();
         let mut taken: Vec<Frame> = Vec::new();
         let mut single: Option<Frame> = None;
         let mut skipped = 0i64;
-        let from_replay;
+        let from_backfill;
         {
             let mut q = self.inner.lock();
             if let Some(rest) = q.partial.take() {
@@ -542,10 +389,10 @@ impl ConnQueue {
             if let Some(reason) = q.closed {
                 return Some(Drained::Closed(reason));
             }
-            from_replay = !q.replay.is_empty();
-            let lane_len = if from_replay {
-                q.replay.len()
-            } else if q.replay_done {
+            from_backfill = !q.backfill.is_empty();
+            let lane_len = if from_backfill {
+                q.backfill.len()
+            } else if q.backfill_done {
                 q.live.len()
             } else {
                 0
@@ -554,8 +401,8 @@ impl ConnQueue {
                 return None;
             }
             let mut last = q.last;
-            let lane = if from_replay {
-                &mut q.replay
+            let lane = if from_backfill {
+                &mut q.backfill
             } else {
                 &mut q.live
             };
@@ -581,10 +428,10 @@ impl ConnQueue {
             }
             q.last = last;
             if let Some(f) = single.as_ref().or(taken.last()) {
-                // Replayed frames carry no view: the client's view is then unknown.
+                // Backfilled frames carry no view: the client's view is then unknown.
                 q.client_view = f.view.clone();
             }
-            if !from_replay {
+            if !from_backfill {
                 q.bridge_pending = false;
                 q.live_bytes = 0;
             }
@@ -596,8 +443,8 @@ impl ConnQueue {
         if count > 0 || skipped > 0 {
             PENDING_EVENTS.fetch_sub(count as i64 + skipped, Ordering::Relaxed);
         }
-        if from_replay {
-            self.replay_room.notify_one();
+        if from_backfill {
+            self.backfill_room.notify_one();
         }
         if let Some(f) = single {
             crate::metrics::record_publish_to_write(f.born);
@@ -643,178 +490,4 @@ fn compact(q: &mut Inner) {
     let uncounted = usize::from(q.bridge_pending);
     q.live_bytes = frames.iter().skip(uncounted).map(|f| f.bytes.len()).sum();
     q.live.extend(frames);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::EventType;
-    use crate::log::{Epoch, EventId, LogEntry};
-    use std::time::Instant;
-
-    fn frame(seq: u64) -> Frame {
-        let entry = LogEntry {
-            id: EventId {
-                epoch: Epoch(1),
-                pos: StreamPos::new(0, seq),
-            },
-            event_type: EventType::Raw,
-            json: Bytes::from_static(br#"{"type":"RAW","event":1}"#),
-        };
-        Frame::encode(&entry, Instant::now())
-    }
-
-    fn limits(max_events: usize) -> QueueLimits {
-        QueueLimits {
-            max_events,
-            max_bytes: 1 << 20,
-        }
-    }
-
-    fn ids(d: Option<Drained>) -> Vec<u64> {
-        match d {
-            Some(Drained::Frames(b)) => std::str::from_utf8(&b)
-                .unwrap()
-                .lines()
-                .filter_map(|l| l.strip_prefix("id: 00000001-0-"))
-                .map(|s| s.parse().unwrap())
-                .collect(),
-            other => panic!("expected frames, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn live_lane_is_bounded_by_events_and_bytes() {
-        let q = ConnQueue::new(limits(3), StreamPos::ZERO, false, None);
-        q.push_live(&[frame(1), frame(2)]).unwrap();
-        q.push_live(&[frame(3)]).unwrap();
-        // RAW frames cannot be coalesced: a fourth does not fit.
-        assert_eq!(q.push_live(&[frame(4)]), Err(Overflow));
-        let small = ConnQueue::new(
-            QueueLimits {
-                max_events: 100,
-                max_bytes: frame(1).bytes.len() * 2,
-            },
-            StreamPos::ZERO,
-            false,
-            None,
-        );
-        small.push_live(&[frame(1), frame(2)]).unwrap();
-        assert_eq!(small.push_live(&[frame(3)]), Err(Overflow));
-    }
-
-    fn text_frame(seq: u64, delta: &str) -> Frame {
-        let id = EventId {
-            epoch: Epoch(1),
-            pos: StreamPos::new(0, seq),
-        };
-        let ev = serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta});
-        let merge = MergeKey::of(EventType::TextMessageContent, &ev, true, None);
-        Frame::new(
-            id,
-            EventType::TextMessageContent,
-            &serde_json::to_vec(&ev).unwrap(),
-            Instant::now(),
-            merge,
-        )
-    }
-
-    #[test]
-    fn a_full_lane_is_coalesced_before_it_overflows() {
-        let q = ConnQueue::new(limits(4), StreamPos::ZERO, false, None);
-        for i in 1..=20 {
-            q.push_live(&[text_frame(i, "ab")]).unwrap();
-        }
-        let Some(Drained::Frames(bytes)) = q.try_drain() else {
-            panic!("frames expected")
-        };
-        let text = std::str::from_utf8(&bytes).unwrap();
-        assert_eq!(text.matches("data: ").count(), 1, "{text}");
-        assert!(text.starts_with("id: 00000001-0-20\n"), "{text}");
-        assert!(text.contains(&"ab".repeat(20)), "{text}");
-    }
-
-    /// A [`BridgeSource`] that installs a fixed bridge at a fixed position, counting calls.
-    struct FixedBridge {
-        at: u64,
-        calls: std::sync::atomic::AtomicUsize,
-    }
-
-    impl BridgeSource for FixedBridge {
-        fn bridge(&self, queue: &ConnQueue) {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            queue.install_bridge(Frame::synthesised(
-                EventId {
-                    epoch: Epoch(1),
-                    pos: StreamPos::new(0, self.at),
-                },
-                &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
-                Instant::now(),
-                None,
-            ));
-        }
-    }
-
-    #[test]
-    fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back() {
-        let q = ConnQueue::new(limits(2), StreamPos::ZERO, false, None);
-        // Without a bridge source no reset is possible (the hub closes the queue then).
-        assert!(!q.begin_reset());
-        let source = Arc::new(FixedBridge {
-            at: 7,
-            calls: Default::default(),
-        });
-        q.set_bridge_source(source.clone());
-        q.push_live(&[frame(1), frame(2)]).unwrap();
-        assert_eq!(q.push_live(&[frame(3)]), Err(Overflow));
-        assert!(q.begin_reset());
-        assert_eq!(
-            q.pending(),
-            (0, 0),
-            "the overflowed lane is dropped at once"
-        );
-        // While the client does not read, pushes are dropped (the bridge stands for them).
-        for i in 4..=7 {
-            q.push_live(&[frame(i)]).unwrap();
-        }
-        assert_eq!(q.pending(), (0, 0));
-        assert!(q.reset_pending());
-        assert_eq!(source.calls.load(Ordering::SeqCst), 0, "nothing built yet");
-        // The writer comes back: one bridge (at 7), then what was pushed after it.
-        assert_eq!(ids(q.try_drain()), vec![7]);
-        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
-        q.push_live(&[frame(8)]).unwrap();
-        assert_eq!(ids(q.try_drain()), vec![8]);
-        // While a replay is being written the client's view is unknown: no reset.
-        let r = ConnQueue::new(limits(2), StreamPos::ZERO, true, None);
-        r.set_bridge_source(source);
-        assert!(!r.begin_reset());
-    }
-
-    #[tokio::test]
-    async fn replay_then_live_hand_over_skips_overlap() {
-        // Client had 2; replay brings 3..=5; live already holds 4..=7 (overlap 4, 5).
-        let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true, None);
-        q.push_live(&[frame(4), frame(5), frame(6), frame(7)])
-            .unwrap();
-        assert!(q.try_drain().is_none(), "live lane waits for the replay");
-        assert!(q.push_replay(vec![frame(3), frame(4), frame(5)]).await);
-        assert_eq!(ids(q.try_drain()), vec![3, 4, 5]);
-        q.finish_replay();
-        assert_eq!(ids(q.try_drain()), vec![6, 7]);
-        assert!(q.try_drain().is_none());
-    }
-
-    #[tokio::test]
-    async fn close_wins_and_drops_pending() {
-        let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
-        q.push_live(&[frame(1)]).unwrap();
-        q.close(CloseReason::Overflow);
-        q.close(CloseReason::Shutdown);
-        assert!(matches!(
-            q.next_batch().await,
-            Drained::Closed(CloseReason::Overflow)
-        ));
-        assert!(!q.push_replay(vec![frame(2)]).await);
-    }
 }

@@ -9,8 +9,7 @@ use agui_fanout::fold::ThreadFold;
 use agui_fanout::hub::{Hub, Outcome, Start, Subscription};
 use agui_fanout::log::{Epoch, EventId, ResumeId, StreamPos};
 use agui_fanout::prelude;
-use agui_fanout::queue::{CloseReason, Drained};
-use agui_fanout::sse::Frame;
+use agui_fanout::queue::{CloseReason, Drained, Frame};
 use serde_json::Value;
 use std::time::Instant;
 

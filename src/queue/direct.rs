@@ -1,0 +1,83 @@
+//! Direct writes: while a connection's writer is idle and nothing is pending, the hub's
+//! fan-out writes a frame to the subscriber itself, through the [`Sink`] the writer lent the
+//! queue (a subscriber that keeps up then costs no wake-up of its writer per event). The
+//! unwritten rest of a partial write is kept ahead of everything else.
+
+use super::{ConnQueue, Frame, Inner};
+use std::sync::Arc;
+
+/// Where the fan-out may write a frame itself: the subscriber's socket, lent by its writer
+/// (`stream::write_socket`) with [`ConnQueue::attach_sink`]. Called under the queue's lock
+/// (see [`ConnQueue`]'s lock discipline), so it must never wait.
+pub trait Sink: Send + Sync {
+    /// Writes what fits of `buf` now, without waiting; returns how many bytes were taken.
+    ///
+    /// # Errors
+    /// `WouldBlock` when nothing fits now (the writer then waits for room), or the connection's
+    /// error (the writer notices it too).
+    fn send(&self, buf: &[u8]) -> std::io::Result<usize>;
+}
+
+impl ConnQueue {
+    /// Lets the hub write frames straight to `sink` while nothing is pending and the writer
+    /// is idle. The writer calls [`ConnQueue::writer_done`] after each of its own writes and
+    /// [`ConnQueue::detach_sink`] when it ends.
+    pub fn attach_sink(&self, sink: Arc<dyn Sink>) {
+        self.inner.lock().sink = Some(sink);
+    }
+
+    /// Forgets the sink (the writer ended): the connection closes with the writer's handle.
+    pub fn detach_sink(&self) {
+        self.inner.lock().sink = None;
+    }
+
+    /// The writer finished writing what it took: the socket is free again.
+    pub fn writer_done(&self) {
+        self.inner.lock().writer_busy = false;
+    }
+
+    /// The writer is about to write bytes of its own (a heartbeat): `false` when a partly
+    /// written frame must go first (the writer then drains instead).
+    pub fn begin_own_write(&self) -> bool {
+        let mut q = self.inner.lock();
+        if q.partial.is_some() {
+            return false;
+        }
+        q.writer_busy = true;
+        true
+    }
+}
+
+impl Inner {
+    /// Writes `frame` to the attached sink under the queue's lock, when that keeps the
+    /// stream's order: nothing pending, no backfill, writer idle, frame newer than the last
+    /// one written. `false`: nothing was written (the caller queues the frame). A partial
+    /// write keeps the rest in `partial`, ahead of everything else.
+    pub(super) fn write_direct(&mut self, frame: &Frame) -> bool {
+        let Some(sink) = self.sink.as_ref() else {
+            return false;
+        };
+        if !self.backfill_done
+            || self.reset_pending
+            || !self.backfill.is_empty()
+            || !self.live.is_empty()
+            || self.writer_busy
+            || self.partial.is_some()
+            || frame.id.pos <= self.last
+        {
+            return false;
+        }
+        match sink.send(&frame.bytes) {
+            Ok(n) => {
+                if n < frame.bytes.len() {
+                    self.partial = Some(frame.bytes.slice(n..));
+                }
+                self.last = frame.id.pos;
+                self.client_view = frame.view.clone();
+                true
+            }
+            // Full (the writer waits for room) or failed (the writer notices the close).
+            Err(_) => false,
+        }
+    }
+}

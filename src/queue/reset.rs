@@ -1,0 +1,120 @@
+//! The slow-consumer reset (SPEC §5 "Reset"): a connection whose live lane overflowed drops
+//! what is pending and every later push, and gets one bridge, built when its writer comes back
+//! for more, from what the client was last given to the thread's fold at the newest id.
+
+use super::{CloseReason, ConnQueue, Frame, PENDING_EVENTS, PENDING_RESETS};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Builds a reset bridge on demand (SPEC §5 "Reset"); the hub implements it for each
+/// subscriber of a thread.
+///
+/// A reset is lazy: on overflow the hub only marks the queue ([`ConnQueue::begin_reset`]),
+/// which drops what is pending and every later push; the bridge is built when the writer
+/// comes back for more (the client reads again), from what the client was last given to the
+/// fold at the newest id. A stalled client therefore costs one lock per event and no memory,
+/// however long it stalls, and a client that overflows many times before it reads gets one
+/// bridge, not one per overflow.
+pub trait BridgeSource: Send + Sync {
+    /// Builds the bridge from `queue`'s client view ([`ConnQueue::client_view`]) to the
+    /// thread's fold at its newest id and installs it with [`ConnQueue::install_bridge`],
+    /// atomically with the fan-out (every frame pushed afterwards is newer than the bridge).
+    /// When no bridge can be built (the thread's fold or the client's view is unknown, the
+    /// thread is no longer followed) it closes the queue with [`CloseReason::Overflow`]
+    /// instead: the client comes back with its last id.
+    fn bridge(&self, queue: &ConnQueue);
+}
+
+impl ConnQueue {
+    /// Sets what builds this queue's reset bridges (the hub, once, when it registers the
+    /// subscriber).
+    pub fn set_bridge_source(&self, bridges: Arc<dyn BridgeSource>) {
+        self.inner.lock().bridges = Some(bridges);
+    }
+
+    /// Starts a snapshot-and-reset (SPEC §5 "Reset"): drops everything pending in the live lane
+    /// and every later push, until the writer comes back and has the bridge built (see
+    /// [`BridgeSource`]). Returns `false` (and changes nothing) when no reset is possible: the
+    /// client's view is unknown (a backfill is still being written), the queue has no
+    /// [`BridgeSource`] or is closed; the caller closes the queue then.
+    pub fn begin_reset(&self) -> bool {
+        {
+            let mut q = self.inner.lock();
+            if q.closed.is_some()
+                || !q.backfill_done
+                || !q.backfill.is_empty()
+                || q.bridges.is_none()
+            {
+                return false;
+            }
+            // The owed bridge counts as one pending event (the queue-depth gauge then shows
+            // that this writer has something to write).
+            let dropped = q.live.len() as i64 - 1;
+            // Frees the lane's capacity too (up to `max_events` entries): a stalled client
+            // keeps nothing.
+            q.live = VecDeque::new();
+            q.live_bytes = 0;
+            q.bridge_pending = false;
+            q.reset_pending = true;
+            PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
+            PENDING_RESETS.fetch_add(1, Ordering::Relaxed);
+        }
+        self.writer.wake();
+        true
+    }
+
+    /// Queues `bridge` (which stands for the thread's fold at `bridge.id`) ahead of anything
+    /// pushed after it and ends the pending reset. Called by a [`BridgeSource`] under the
+    /// thread's lock, so that every later push is newer than the bridge. Ignored on a closed
+    /// queue.
+    pub fn install_bridge(&self, bridge: Frame) {
+        let mut q = self.inner.lock();
+        if q.closed.is_some() {
+            return;
+        }
+        if q.reset_pending {
+            // The bridge was counted as pending by `begin_reset`.
+            q.reset_pending = false;
+            PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            PENDING_EVENTS.fetch_add(1, Ordering::Relaxed);
+        }
+        q.live.push_front(bridge);
+        q.bridge_pending = true;
+    }
+
+    /// Whether a reset is pending: the live lane overflowed and the writer has not come back
+    /// for its bridge yet (the client is not reading).
+    pub fn reset_pending(&self) -> bool {
+        self.inner.lock().reset_pending
+    }
+
+    /// Whether a reset bridge is queued and not yet taken by the writer.
+    pub fn bridge_pending(&self) -> bool {
+        self.inner.lock().bridge_pending
+    }
+
+    /// The writer came back: a pending reset has its bridge built (by the [`BridgeSource`], on
+    /// the writer's time, without the queue's lock) or the queue closed. A partly written
+    /// frame goes out first.
+    pub(super) fn build_pending_bridge(&self) {
+        // A bridge is built, or the queue closed, at the first attempt; more attempts only when
+        // the lane overflowed again in between (a burst larger than the queue).
+        for attempt in 0.. {
+            let bridges = {
+                let q = self.inner.lock();
+                if !q.reset_pending || q.partial.is_some() || q.closed.is_some() {
+                    break;
+                }
+                q.bridges.clone()
+            };
+            match bridges {
+                // Installs the bridge or closes the queue; either ends the pending reset.
+                Some(b) if attempt < 3 => b.bridge(self),
+                // No source (`begin_reset` requires one), or the bursts keep coming.
+                _ => self.close(CloseReason::Overflow),
+            }
+        }
+    }
+}

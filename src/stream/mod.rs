@@ -1,0 +1,165 @@
+//! A subscriber's stream writers: they drain the connection's queue into the client, with
+//! heartbeats when idle and the stream's last words when it ends.
+//!
+//! Data path position: `queue` → **`stream`** → client. Two writers share `WriterState`:
+//! - [`body`]: the hyper response body (HTTP/2, and HTTP/1 requests the connection front hands
+//!   to hyper);
+//! - [`write_socket`]: the direct socket writer of the connection front (`http::conn`); it
+//!   lends the socket to the queue ([`crate::queue::Sink`]) so that the hub's fan-out may
+//!   write a frame itself while the writer is idle.
+
+mod body;
+mod socket;
+
+pub use body::body;
+pub use socket::write_socket;
+
+use crate::queue::{CloseReason, ConnQueue, Drained};
+use crate::sse::{self, HEARTBEAT};
+use bytes::{Bytes, BytesMut};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Settings of one subscriber stream.
+#[derive(Clone, Debug)]
+pub struct StreamSettings {
+    /// Milliseconds written in the first `retry:` frame; the last frame of a stream ended by
+    /// the node's drain carries a jittered multiple of it (1× to 5×), so that clients spread
+    /// their reconnects.
+    pub retry_ms: u64,
+    /// Idle time after which a heartbeat comment is written.
+    pub heartbeat: Duration,
+    /// Longest wait for the socket to accept a byte before the stream is given up (streams
+    /// written to the raw socket, [`write_socket`]).
+    pub write_timeout: Duration,
+    /// When the stream ends by itself: its token's expiry (SPEC §8). The client reconnects
+    /// with its `Last-Event-ID` (and a fresh token); the last frame is [`EXPIRED`].
+    pub ends_at: Option<tokio::time::Instant>,
+}
+
+/// The last frame of a stream whose token expired.
+pub const EXPIRED: &[u8] = b": agui-fanout: token expired\n\n";
+
+impl StreamSettings {
+    /// The last words of a stream whose queue was closed for `reason`: the jittered `retry:`
+    /// of a drain (SPEC §9), or a comment naming the cause.
+    fn final_frame(&self, reason: CloseReason) -> Option<Bytes> {
+        if reason == CloseReason::Shutdown {
+            let jitter = rand::random_range(0..=self.retry_ms.max(1) * 4);
+            return Some(sse::encode_retry(self.retry_ms + jitter));
+        }
+        reason.final_words().map(sse::encode_comment)
+    }
+
+    /// The writer's next timer deadline: the heartbeat's `due`, or the stream's end if sooner.
+    fn next_wake(&self, due: tokio::time::Instant) -> tokio::time::Instant {
+        self.ends_at.map_or(due, |end| end.min(due))
+    }
+}
+
+/// An object kept alive as long as the stream (the hub's registration guard).
+pub type Guard = Box<dyn Send + Sync + 'static>;
+
+/// The first write of a stream: `retry:`, then the `prefix` frames (comments, a prelude).
+fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Bytes {
+    let mut first = BytesMut::new();
+    first.extend_from_slice(&sse::encode_retry(settings.retry_ms));
+    for p in prefix {
+        first.extend_from_slice(&p);
+    }
+    first.freeze()
+}
+
+/// What wakes a stream's writer.
+enum Wake {
+    /// Frames to write.
+    Frames(Bytes),
+    /// The queue closed; the stream ends after these last words.
+    Closed(Option<Bytes>),
+    /// The heartbeat timer fired.
+    Heartbeat,
+}
+
+/// A stream's writer state, shared by both ways of writing (hyper body, raw socket).
+///
+/// The heartbeat timer is created once and only re-armed when it fires (to the last write
+/// plus the heartbeat period), so a write costs no timer operation.
+struct WriterState {
+    queue: Arc<ConnQueue>,
+    settings: StreamSettings,
+    pending_first: Option<Bytes>,
+    heartbeat: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When the last bytes were handed out.
+    wrote_at: tokio::time::Instant,
+    done: bool,
+    _guard: Guard,
+}
+
+impl WriterState {
+    /// A writer of `queue` that starts with `pending_first` (if any), its heartbeat timer
+    /// armed from now.
+    fn new(
+        queue: Arc<ConnQueue>,
+        settings: StreamSettings,
+        pending_first: Option<Bytes>,
+        guard: Guard,
+    ) -> WriterState {
+        let now = tokio::time::Instant::now();
+        let heartbeat = Box::pin(tokio::time::sleep_until(
+            settings.next_wake(now + settings.heartbeat),
+        ));
+        WriterState {
+            queue,
+            settings,
+            pending_first,
+            heartbeat,
+            wrote_at: now,
+            done: false,
+            _guard: guard,
+        }
+    }
+
+    /// Polls for what to do next: frames, the end, or a heartbeat tick.
+    fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<Wake> {
+        // Checked before the queue, so that a stream that is never idle ends on time too (the
+        // timer below wakes an idle one).
+        if self
+            .settings
+            .ends_at
+            .is_some_and(|end| tokio::time::Instant::now() >= end)
+        {
+            metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "token_expired").increment(1);
+            return Poll::Ready(Wake::Closed(Some(Bytes::from_static(EXPIRED))));
+        }
+        match self.queue.poll_batch(cx) {
+            Poll::Ready(Drained::Frames(bytes)) => return Poll::Ready(Wake::Frames(bytes)),
+            Poll::Ready(Drained::Closed(reason)) => {
+                return Poll::Ready(Wake::Closed(self.settings.final_frame(reason)));
+            }
+            Poll::Pending => {}
+        }
+        if self.heartbeat.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Wake::Heartbeat);
+        }
+        Poll::Pending
+    }
+
+    /// Handles a heartbeat tick: the heartbeat bytes when the stream was idle for the whole
+    /// period, and the timer re-armed either way.
+    fn on_heartbeat(&mut self) -> Option<Bytes> {
+        let now = tokio::time::Instant::now();
+        let due = self.wrote_at + self.settings.heartbeat;
+        if now >= due {
+            self.wrote_at = now;
+            let next = self.settings.next_wake(now + self.settings.heartbeat);
+            self.heartbeat.as_mut().reset(next);
+            Some(Bytes::from_static(HEARTBEAT))
+        } else {
+            let next = self.settings.next_wake(due);
+            self.heartbeat.as_mut().reset(next);
+            None
+        }
+    }
+}

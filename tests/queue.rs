@@ -1,0 +1,274 @@
+//! The per-connection queue (`src/queue/`): the live lane's bounds and coalescing, the
+//! snapshot-and-reset protocol, the backfill → live hand-over, closing, and the fan-out's
+//! direct writes through a [`Sink`].
+
+use agui_fanout::event::EventType;
+use agui_fanout::log::{Epoch, EventId, LogEntry, StreamPos};
+use agui_fanout::queue::{
+    BridgeSource, CloseReason, ConnQueue, Drained, Frame, MergeKey, Overflow, Pushed, QueueLimits,
+    Sink,
+};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+fn frame(seq: u64) -> Frame {
+    let entry = LogEntry {
+        id: EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::new(0, seq),
+        },
+        event_type: EventType::Raw,
+        json: Bytes::from_static(br#"{"type":"RAW","event":1}"#),
+    };
+    Frame::encode(&entry, Instant::now())
+}
+
+fn limits(max_events: usize) -> QueueLimits {
+    QueueLimits {
+        max_events,
+        max_bytes: 1 << 20,
+    }
+}
+
+/// The event ids (sequence numbers) of a drained batch.
+fn ids(d: Option<Drained>) -> Vec<u64> {
+    match d {
+        Some(Drained::Frames(b)) => seqs(&b),
+        other => panic!("expected frames, got {other:?}"),
+    }
+}
+
+fn seqs(bytes: &[u8]) -> Vec<u64> {
+    std::str::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: 00000001-0-"))
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn live_lane_is_bounded_by_events_and_bytes() {
+    let q = ConnQueue::new(limits(3), StreamPos::ZERO, false, None);
+    q.push_live(&[frame(1), frame(2)]).unwrap();
+    q.push_live(&[frame(3)]).unwrap();
+    // RAW frames cannot be coalesced: a fourth does not fit.
+    assert_eq!(q.push_live(&[frame(4)]), Err(Overflow));
+    let small = ConnQueue::new(
+        QueueLimits {
+            max_events: 100,
+            max_bytes: frame(1).bytes.len() * 2,
+        },
+        StreamPos::ZERO,
+        false,
+        None,
+    );
+    small.push_live(&[frame(1), frame(2)]).unwrap();
+    assert_eq!(small.push_live(&[frame(3)]), Err(Overflow));
+}
+
+fn text_frame(seq: u64, delta: &str) -> Frame {
+    let id = EventId {
+        epoch: Epoch(1),
+        pos: StreamPos::new(0, seq),
+    };
+    let ev = serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta});
+    let merge = MergeKey::of(EventType::TextMessageContent, &ev, true, None);
+    Frame::new(
+        id,
+        EventType::TextMessageContent,
+        &serde_json::to_vec(&ev).unwrap(),
+        Instant::now(),
+        merge,
+    )
+}
+
+#[test]
+fn a_full_lane_is_coalesced_before_it_overflows() {
+    let q = ConnQueue::new(limits(4), StreamPos::ZERO, false, None);
+    for i in 1..=20 {
+        q.push_live(&[text_frame(i, "ab")]).unwrap();
+    }
+    let Some(Drained::Frames(bytes)) = q.try_drain() else {
+        panic!("frames expected")
+    };
+    let text = std::str::from_utf8(&bytes).unwrap();
+    assert_eq!(text.matches("data: ").count(), 1, "{text}");
+    assert!(text.starts_with("id: 00000001-0-20\n"), "{text}");
+    assert!(text.contains(&"ab".repeat(20)), "{text}");
+}
+
+/// A [`BridgeSource`] that installs a fixed bridge at a fixed position, counting calls.
+struct FixedBridge {
+    at: u64,
+    calls: AtomicUsize,
+}
+
+impl BridgeSource for FixedBridge {
+    fn bridge(&self, queue: &ConnQueue) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        queue.install_bridge(Frame::synthesised(
+            EventId {
+                epoch: Epoch(1),
+                pos: StreamPos::new(0, self.at),
+            },
+            &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
+            Instant::now(),
+            None,
+        ));
+    }
+}
+
+#[test]
+fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back() {
+    let q = ConnQueue::new(limits(2), StreamPos::ZERO, false, None);
+    // Without a bridge source no reset is possible (the hub closes the queue then).
+    assert!(!q.begin_reset());
+    let source = Arc::new(FixedBridge {
+        at: 7,
+        calls: Default::default(),
+    });
+    q.set_bridge_source(source.clone());
+    q.push_live(&[frame(1), frame(2)]).unwrap();
+    assert_eq!(q.push_live(&[frame(3)]), Err(Overflow));
+    assert!(q.begin_reset());
+    assert_eq!(
+        q.pending(),
+        (0, 0),
+        "the overflowed lane is dropped at once"
+    );
+    // While the client does not read, pushes are dropped (the bridge stands for them).
+    for i in 4..=7 {
+        q.push_live(&[frame(i)]).unwrap();
+    }
+    assert_eq!(q.pending(), (0, 0));
+    assert!(q.reset_pending());
+    assert_eq!(source.calls.load(Ordering::SeqCst), 0, "nothing built yet");
+    // The writer comes back: one bridge (at 7), then what was pushed after it.
+    assert_eq!(ids(q.try_drain()), vec![7]);
+    assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+    q.push_live(&[frame(8)]).unwrap();
+    assert_eq!(ids(q.try_drain()), vec![8]);
+    // While a backfill is being written the client's view is unknown: no reset.
+    let r = ConnQueue::new(limits(2), StreamPos::ZERO, true, None);
+    r.set_bridge_source(source);
+    assert!(!r.begin_reset());
+}
+
+#[tokio::test]
+async fn backfill_then_live_hand_over_skips_overlap() {
+    // Client had 2; the backfill brings 3..=5; live already holds 4..=7 (overlap 4, 5).
+    let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true, None);
+    q.push_live(&[frame(4), frame(5), frame(6), frame(7)])
+        .unwrap();
+    assert!(q.try_drain().is_none(), "live lane waits for the backfill");
+    assert!(q.push_backfill(vec![frame(3), frame(4), frame(5)]).await);
+    assert_eq!(ids(q.try_drain()), vec![3, 4, 5]);
+    q.finish_backfill();
+    assert_eq!(ids(q.try_drain()), vec![6, 7]);
+    assert!(q.try_drain().is_none());
+}
+
+#[tokio::test]
+async fn close_wins_and_drops_pending() {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    q.push_live(&[frame(1)]).unwrap();
+    q.close(CloseReason::Overflow);
+    q.close(CloseReason::Shutdown);
+    assert!(matches!(
+        q.next_batch().await,
+        Drained::Closed(CloseReason::Overflow)
+    ));
+    assert!(!q.push_backfill(vec![frame(2)]).await);
+}
+
+/// A [`Sink`] that takes at most `room` bytes per call (0: `WouldBlock`), keeping them.
+struct MemorySink {
+    room: AtomicUsize,
+    got: Mutex<Vec<u8>>,
+}
+
+impl MemorySink {
+    fn new(room: usize) -> Arc<MemorySink> {
+        Arc::new(MemorySink {
+            room: AtomicUsize::new(room),
+            got: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Sink for MemorySink {
+    fn send(&self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.room.load(Ordering::SeqCst));
+        if n == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        self.got.lock().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[test]
+fn an_idle_writer_lets_the_fan_out_write_through_the_sink() {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    let sink = MemorySink::new(usize::MAX);
+    q.attach_sink(sink.clone());
+    assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Written));
+    assert_eq!(seqs(&sink.got.lock()), vec![1, 2]);
+    assert_eq!(q.last_position(), StreamPos::new(0, 2));
+    assert!(q.try_drain().is_none(), "nothing left for the writer");
+    // A frame at or before the last one written is never written again.
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Queued));
+    assert!(q.try_drain().is_none(), "skipped by the writer too");
+    // Several frames at once go to the writer (one write of the batch).
+    assert_eq!(q.push_live(&[frame(3), frame(4)]), Ok(Pushed::Queued));
+    assert_eq!(ids(q.try_drain()), vec![3, 4]);
+    // The writer holds bytes: the fan-out queues until it is done.
+    assert_eq!(q.push_live(&[frame(5)]), Ok(Pushed::Queued));
+    assert_eq!(ids(q.try_drain()), vec![5]);
+    q.writer_done();
+    assert_eq!(q.push_live(&[frame(6)]), Ok(Pushed::Written));
+    // Detached (the writer ended): nothing is written through the sink any more.
+    q.detach_sink();
+    assert_eq!(q.push_live(&[frame(7)]), Ok(Pushed::Queued));
+    assert_eq!(seqs(&sink.got.lock()), vec![1, 2, 6]);
+}
+
+#[test]
+fn the_rest_of_a_partial_direct_write_goes_out_first() {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    let sink = MemorySink::new(10);
+    q.attach_sink(sink.clone());
+    assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
+    assert_eq!(sink.got.lock().len(), 10);
+    // A full sink: the frame is queued behind the rest.
+    sink.room.store(0, Ordering::SeqCst);
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Queued));
+    // The writer cannot slip a heartbeat in between.
+    assert!(!q.begin_own_write());
+    let Some(Drained::Frames(rest)) = q.try_drain() else {
+        panic!("the rest expected")
+    };
+    assert_eq!(&rest[..], &frame(1).bytes[10..]);
+    q.writer_done();
+    assert_eq!(ids(q.try_drain()), vec![2]);
+    q.writer_done();
+    assert!(q.begin_own_write());
+}
+
+#[test]
+fn no_direct_write_during_a_backfill() {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, true, None);
+    let sink = MemorySink::new(usize::MAX);
+    q.attach_sink(sink.clone());
+    assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Queued));
+    q.finish_backfill();
+    assert_eq!(ids(q.try_drain()), vec![1]);
+    q.writer_done();
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Written));
+    assert_eq!(seqs(&sink.got.lock()), vec![2]);
+}
