@@ -45,6 +45,8 @@ mod bridge;
 mod fanout;
 mod snapshot;
 mod subscribe;
+#[cfg(test)]
+mod tests;
 
 pub use subscribe::{Outcome, Start, Subscription, SubscriptionGuard};
 
