@@ -25,11 +25,12 @@
 //! 1. the hub's thread map (a `DashMap` shard of `Shared::threads`): held across a thread
 //!    state lock only to remove a thread (`unregister`, a discontinuity) or to list the
 //!    subscribers (`drain_streams`);
-//! 2. **thread state** ([`ThreadHub::state`]): cursor, fold, subscriber list. The fan-out holds
+//! 2. **thread state** (`ThreadHub::state`): cursor, fold, subscriber list. The fan-out holds
 //!    it across a whole batch, so registering a subscriber, building a bridge and fanning out
 //!    are atomic with respect to each other;
-//! 3. **connection queue** (each `ConnQueue`'s own lock), taken by the pushes, `begin_reset`,
-//!    `install_bridge` and `close` while the thread state is held;
+//! 3. **connection queue** (each `ConnQueue`'s own lock): the fan-out, a registration and a
+//!    bridge take it while holding the thread state; the backfill and the writer take it
+//!    alone;
 //! 4. **socket**: a live push may write to the subscriber's socket (`send(2)`) under its
 //!    queue's lock.
 //!
