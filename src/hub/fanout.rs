@@ -1,0 +1,237 @@
+//! Following the log's tail: each event is parsed, folded and encoded once per node, and the
+//! shared frame is pushed into every subscriber's queue without waiting (SPEC §3, §7).
+//!
+//! Slow subscribers (SPEC §5): a live push that does not fit is coalesced in the queue; if it
+//! still does not fit, the queue is reset: it drops what is pending and every later push
+//! until its writer comes back for more, and then gets a bridge (`bridge.rs`). A queue that
+//! cannot be reset is closed. A discontinuity of the tail resets every subscriber to the fold
+//! at the log's head, or ends the thread's streams.
+
+use super::{Hub, ThreadState};
+use crate::event::{EventType, ThreadId};
+use crate::fold::{Applied, load_fold};
+use crate::log::{LogEntry, LogHead, ResumeGap, TailItem};
+use crate::metrics as m;
+use crate::queue::Frame;
+use crate::queue::{CloseReason, MergeKey, Pushed};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Frames written at once by the fan-out that share one `agui_publish_to_write_seconds` clock
+/// read.
+const WRITES_PER_SAMPLE: usize = 32;
+
+impl Hub {
+    /// Consumes the tail: encodes each event once and fans it out.
+    pub(super) async fn dispatch(
+        self,
+        mut rx: mpsc::Receiver<TailItem>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                item = rx.recv() => match item { Some(i) => i, None => return },
+            };
+            match item {
+                TailItem::Entries { thread, entries } => self.fan_out(&thread, &entries),
+                TailItem::Discontinuity {
+                    thread,
+                    head,
+                    reason,
+                } => self.discontinuity(&thread, head, reason).await,
+            }
+        }
+    }
+
+    /// The tail lost continuity. Trimmed past the tail in the same epoch (a tail that fell
+    /// behind retention): rebuild the fold at the log's head and reset every subscriber to it
+    /// with a bridge (SPEC §5), as for a slow subscriber. Otherwise (a recreated log), or when
+    /// no bridge can be built: end the thread's streams; clients come back with their last id
+    /// and get a prelude.
+    async fn discontinuity(&self, thread: &ThreadId, head: LogHead, reason: ResumeGap) {
+        let Some(th) = self.followed(thread) else {
+            return;
+        };
+        let same_epoch = th.state.lock().head.is_some_and(|h| h.epoch == head.epoch);
+        if reason == ResumeGap::Trimmed
+            && same_epoch
+            && let Ok((now, Some(fold))) = load_fold(&*self.shared.log, thread).await
+            && now.epoch == head.epoch
+        {
+            let mut st = th.state.lock();
+            if !st.removed {
+                // The fold moves to the log's head first: the writers build their bridges
+                // to it (under this lock) when they come back for more.
+                st.head = Some(now);
+                st.cursor = now.last;
+                st.view = Some(Arc::new(fold.checker().clone()));
+                st.fold = Some(fold);
+                let mut resets = 0u64;
+                let mut closed = 0u64;
+                st.subscribers.retain(|(_, q)| {
+                    if q.begin_reset() {
+                        resets += 1;
+                        true
+                    } else {
+                        q.close(CloseReason::Discontinuity);
+                        closed += 1;
+                        false
+                    }
+                });
+                drop(st);
+                tracing::info!(%thread, resets, closed, "the tail fell behind retention; subscribers reset to the fold at the head");
+                metrics::counter!(m::RESETS, "cause" => "trimmed").increment(resets);
+                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                    .increment(closed);
+                return;
+            }
+        }
+        tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, "log discontinuity under the tail; disconnecting the thread's subscribers");
+        // The fold no longer stands for the log: drop the thread hub (the next subscriber
+        // rebuilds it) and end its streams.
+        let removed = self.shared.threads.remove_if(thread, |_, th| {
+            th.state.lock().removed = true;
+            self.shared.tail.unfollow(thread);
+            true
+        });
+        if let Some((_, th)) = removed {
+            let mut st = th.state.lock();
+            st.head = Some(head);
+            st.cursor = head.last;
+            for (_, q) in st.subscribers.drain(..) {
+                q.close(CloseReason::Discontinuity);
+                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                    .increment(1);
+            }
+        }
+    }
+
+    /// Folds and encodes `entries` once, under the thread's lock, and pushes the frames into
+    /// every subscriber's queue; a queue still full after coalescing is reset, or closed.
+    fn fan_out(&self, thread: &ThreadId, entries: &[LogEntry]) {
+        let Some(th) = self.followed(thread) else {
+            return;
+        };
+        // Parse outside the lock (once per event per node).
+        let values: Vec<Option<Value>> = entries
+            .iter()
+            .map(|e| serde_json::from_slice(&e.json).ok())
+            .collect();
+        let born = Instant::now();
+        let mut st = th.state.lock();
+        let cursor = st.cursor;
+        let mut frames: Vec<Frame> = Vec::with_capacity(entries.len());
+        for (e, v) in entries.iter().zip(&values) {
+            // The tail may repeat entries after a re-follow: skip those.
+            if e.id.pos <= cursor {
+                continue;
+            }
+            let merge = match v {
+                Some(v) => fold_event(&mut st, thread, e.event_type, v),
+                None => MergeKey::Never,
+            };
+            frames.push(
+                Frame::new(e.id, e.event_type, &e.json, born, merge).with_view(st.view.clone()),
+            );
+        }
+        let Some(last) = frames.last() else { return };
+        let last_id = last.id;
+        st.cursor = last_id.pos;
+        if let Some(head) = st.head.as_mut() {
+            head.last = last_id.pos;
+        }
+        let (mut resets, mut overflowed) = (0u64, 0u64);
+        // Frames written at once, counted in `agui_publish_to_write_seconds` in groups: one
+        // clock read per group instead of per write (a group spans ~0.1 ms of writes).
+        let mut written = 0usize;
+        st.subscribers.retain(|(_, q)| {
+            match q.push_live(&frames) {
+                Ok(Pushed::Written) => {
+                    written += 1;
+                    if written == WRITES_PER_SAMPLE {
+                        m::record_publish_to_writes(born, written);
+                        written = 0;
+                    }
+                    return true;
+                }
+                Ok(_) => return true,
+                Err(_) => {}
+            }
+            // Still full after coalescing: snapshot-and-reset, the bridge built when the
+            // writer comes back (see `bridge.rs`).
+            if q.begin_reset() {
+                resets += 1;
+                return true;
+            }
+            q.close(CloseReason::Overflow);
+            overflowed += 1;
+            false
+        });
+        let receivers = st.subscribers.len() as u64;
+        drop(st);
+        if written > 0 {
+            m::record_publish_to_writes(born, written);
+        }
+        if resets > 0 {
+            tracing::debug!(%thread, resets, "slow subscribers reset to a snapshot");
+            metrics::counter!(m::RESETS, "cause" => "overflow").increment(resets);
+        }
+        if overflowed > 0 {
+            tracing::info!(%thread, overflowed, "slow subscribers disconnected (queue full, no bridge possible)");
+            metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Overflow.as_str())
+                .increment(overflowed);
+        }
+        if receivers > 0 {
+            for f in &frames {
+                metrics::counter!(m::DELIVERED, "type" => f.event_type.as_str())
+                    .increment(receivers);
+            }
+        }
+    }
+}
+
+/// Event types that never change the order state (open constructs, run, owners): frames of
+/// these share the previous view unless a chunk lane is open (any event may close a lane).
+fn keeps_view(t: EventType) -> bool {
+    matches!(
+        t,
+        EventType::TextMessageContent
+            | EventType::ToolCallArgs
+            | EventType::ReasoningMessageContent
+            | EventType::StateDelta
+            | EventType::StateSnapshot
+            | EventType::Raw
+            | EventType::Custom
+    )
+}
+
+/// Folds one event into the thread's fold (when known) and returns its merge key; updates the
+/// shared view when the event changed the order state.
+fn fold_event(st: &mut ThreadState, thread: &ThreadId, t: EventType, v: &Value) -> MergeKey {
+    let Some(fold) = st.fold.as_mut() else {
+        return MergeKey::of(t, v, false, None);
+    };
+    let lanes_before = !fold.checker().open_lanes().is_empty();
+    let (clean, state_after) = match fold.apply_logged(v) {
+        Ok(applied) => {
+            let failed = applied
+                .iter()
+                .any(|a| matches!(a, Applied::StateDelta(Err(_))));
+            let state = failed.then(|| Arc::new(fold.fold().state().clone()));
+            (!failed, state)
+        }
+        Err(violation) => {
+            tracing::warn!(%thread, rule = violation.rule, "log event breaks the AG-UI order rules; not folded");
+            (false, Some(Arc::new(fold.fold().state().clone())))
+        }
+    };
+    if !keeps_view(t) || lanes_before || !fold.checker().open_lanes().is_empty() {
+        st.view = Some(Arc::new(fold.checker().clone()));
+    }
+    MergeKey::of(t, v, clean, state_after)
+}
