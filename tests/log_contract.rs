@@ -2,6 +2,7 @@
 //! `MemoryLog` (`memory_*`) and `RedisLog` on a real redis-server (`redis_*`). Harness:
 //! `common/logs.rs`.
 
+#[allow(dead_code, unreachable_pub)]
 mod common {
     pub mod logs;
 }

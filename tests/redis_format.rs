@@ -2,6 +2,7 @@
 //! write to Redis directly see it: entries, meta and checkpoint hashes, TTLs, lost keys (new
 //! epoch), direct `XADD`s and the append's compare against them. Harness: `common/logs.rs`.
 
+#[allow(dead_code, unreachable_pub)]
 mod common {
     pub mod logs;
 }

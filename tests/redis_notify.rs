@@ -7,6 +7,7 @@
 //! Each test runs its own `redis-server` child (`common/redis_server.rs`): they kill pub/sub
 //! connections and count subscribers, which the shared test server must not see.
 
+#[allow(dead_code, unreachable_pub)]
 mod common {
     pub mod redis_server;
 }

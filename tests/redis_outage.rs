@@ -3,6 +3,7 @@
 //! Tests that stop or restart Redis run their own `redis-server` child
 //! (`common/redis_server.rs`). Harness: `common/logs.rs`.
 
+#[allow(dead_code, unreachable_pub)]
 mod common {
     pub mod logs;
     pub mod redis_server;

@@ -17,7 +17,7 @@ pub struct ApiError(Box<ErrorBody>);
 
 /// The content of an [`ApiError`].
 #[derive(Debug, Clone)]
-pub struct ErrorBody {
+pub(super) struct ErrorBody {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable machine-readable code, e.g. `invalid_event`, `too_large`, `unsupported_media_type`.

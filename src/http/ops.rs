@@ -8,12 +8,12 @@ use axum::response::IntoResponse;
 use std::sync::atomic::Ordering;
 
 /// `GET /healthz`: 200 while the process serves requests.
-pub async fn healthz() -> &'static str {
+pub(super) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// `GET /readyz`: 200 only when the log backend answers and the node is not draining.
-pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+pub(super) async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
     if state.draining.load(Ordering::Relaxed) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -34,7 +34,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiEr
 }
 
 /// `GET /metrics`: Prometheus text exposition format 0.0.4.
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!(m::QUEUE_DEPTH).set(crate::queue::pending_events() as f64);
     metrics::gauge!(m::RESETS_PENDING).set(crate::queue::pending_resets() as f64);
     (
@@ -44,12 +44,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Unknown route: 404 as JSON.
-pub async fn not_found() -> ApiError {
+pub(super) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
 /// Known route, wrong method: 405 as JSON.
-pub async fn method_not_allowed() -> ApiError {
+pub(super) async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",

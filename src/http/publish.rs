@@ -77,7 +77,7 @@ pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
 }
 
 /// The publish handler. Replies `200 {"count","firstId","lastId"}`.
-pub async fn publish(
+pub(super) async fn publish(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,

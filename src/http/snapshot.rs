@@ -18,7 +18,7 @@ use serde_json::Value;
 /// 400 for a bad thread id; 401/403 without a token allowing `subscribe` on the thread (when
 /// authentication is on, SPEC §8); 503 when the log backend does not answer, or when the fold
 /// cannot be rebuilt (log trimmed without a checkpoint).
-pub async fn snapshot(
+pub(super) async fn snapshot(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,

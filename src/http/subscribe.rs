@@ -26,7 +26,7 @@ use std::time::SystemTime;
 /// Query parameters of a subscription.
 #[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SubscribeQuery {
+pub(super) struct SubscribeQuery {
     /// Resume point for clients that cannot set `Last-Event-ID`.
     pub last_event_id: Option<String>,
     /// `start`: the retained log from its first event on.
@@ -58,7 +58,7 @@ pub(crate) enum Opened {
 
 /// The subscribe handler (hyper's path: HTTP/2, and HTTP/1 requests that `http::conn` hands
 /// over; the common HTTP/1 request is served by `http::conn` with [`open`] as well).
-pub async fn subscribe(
+pub(super) async fn subscribe(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<SubscribeQuery>, QueryRejection>,

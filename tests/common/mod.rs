@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: brokers (in-process or as child processes), an
 //! SSE client built on the one strict SSE wire parser ([`sse`]), fixtures, and Redis.
-#![allow(dead_code)]
+// Each test crate includes this module privately, so its `pub` items are crate-wide by design.
+#![allow(dead_code, unreachable_pub)]
 
 pub mod agui_client;
 pub mod broker;

@@ -47,7 +47,7 @@ mod generator;
 mod regressions;
 mod sim;
 #[path = "../common/sse.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod sse;
 
 use client::Stats;
