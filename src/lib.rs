@@ -28,7 +28,6 @@ pub mod hub;
 pub mod ingest;
 pub mod log;
 pub mod metrics;
-pub mod prelude;
 pub mod queue;
 pub mod replay;
 pub mod sse;

@@ -39,12 +39,12 @@
 //! cases, and the ignored `hunt` test many at once (400 hunt cases pass as of 2026-11-30).
 
 use agui_fanout::event::{ThreadId, ValidEvent, validate_value};
+use agui_fanout::fold::prelude;
 use agui_fanout::fold::{ThreadFold, apply_patch};
 use agui_fanout::hub::{Hub, Outcome, Start, Subscription};
 use agui_fanout::ingest::Ingest;
 use agui_fanout::log::memory::MemoryLog;
 use agui_fanout::log::{Epoch, EventId, EventLog, ResumeId, Retention, StreamPos};
-use agui_fanout::prelude;
 use agui_fanout::queue::{CloseReason, Drained, QueueLimits};
 use agui_fanout::sse::Frame;
 use proptest::prelude::*;

@@ -28,6 +28,7 @@
 mod load;
 mod messages;
 mod patch;
+pub mod prelude;
 mod thread;
 
 pub use load::{catch_up, load_fold};

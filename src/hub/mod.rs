@@ -27,12 +27,12 @@
 
 use crate::event::order::OrderChecker;
 use crate::event::{EventType, ThreadId};
+use crate::fold::prelude;
 use crate::fold::{Applied, ThreadFold, load_fold};
 use crate::log::{
     EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom, ResumeGap, StreamPos, Tail, TailItem,
 };
 use crate::metrics as m;
-use crate::prelude;
 use crate::queue::{BridgeSource, CloseReason, ConnQueue, MergeKey, Pushed, QueueLimits};
 use crate::sse::Frame;
 use dashmap::DashMap;

@@ -19,9 +19,8 @@
 //! Content already in the snapshot is never streamed again (re-streaming would duplicate
 //! text: the client's reducer appends to a message it already holds).
 
-use crate::event::chunks::LaneKind;
-use crate::event::order::{OpenConstructs, OpenItem, OpenKind, OrderChecker, RunStatus};
-use crate::fold::ThreadFold;
+use super::ThreadFold;
+use crate::event::order::{OpenConstructs, OpenItem, OpenKind, OrderChecker, RunLifecycle};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,8 +34,8 @@ pub fn prelude(truth: &ThreadFold) -> Vec<Value> {
     let mut out = Vec::new();
     let open = truth.checker().open();
     match open.run() {
-        RunStatus::None => return out,
-        RunStatus::Errored {
+        RunLifecycle::NotStarted => return out,
+        RunLifecycle::Errored {
             run_started: None,
             run_error,
             ..
@@ -66,14 +65,14 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
         return prelude_unmarked(truth);
     }
     let same_run = c_run == t_run;
-    let client_running = matches!(c_open.run(), RunStatus::Running { .. });
+    let client_running = matches!(c_open.run(), RunLifecycle::Running { .. });
 
     if same_run && client_running {
         // Close what is open for the client but no longer open in truth.
         let t_keys = keys(t_open);
         close_lanes(client, truth, &mut out);
         close_items(client, |k| !t_keys.contains(k), &mut out);
-        if !matches!(t_open.run(), RunStatus::Running { .. }) {
+        if !matches!(t_open.run(), RunLifecycle::Running { .. }) {
             // The run ended in truth: restate, close everything, finish it.
             push_messages_snapshot(truth, &mut out);
             if let Some(s) = state_snapshot(truth) {
@@ -124,7 +123,7 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
 /// A prelude whose `RUN_STARTED` is not marked (a bridge inside a connection).
 fn prelude_unmarked(truth: &ThreadFold) -> Vec<Value> {
     let mut out = Vec::new();
-    if matches!(truth.checker().open().run(), RunStatus::None) {
+    if matches!(truth.checker().open().run(), RunLifecycle::NotStarted) {
         return out;
     }
     restate_current_run(truth, &HashSet::new(), false, &mut out);
@@ -153,27 +152,27 @@ fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out:
     if let Some(s) = state_snapshot(truth) {
         out.push(s);
     }
-    if matches!(open.run(), RunStatus::Running { .. }) {
+    if matches!(open.run(), RunLifecycle::Running { .. }) {
         reopen(truth, skip, out);
     } else {
         push_terminals(open.run(), out);
     }
 }
 
-fn run_started(run: &RunStatus) -> Option<&Arc<Value>> {
+fn run_started(run: &RunLifecycle) -> Option<&Arc<Value>> {
     match run {
-        RunStatus::None => None,
-        RunStatus::Running { run_started } | RunStatus::Finished { run_started, .. } => {
+        RunLifecycle::NotStarted => None,
+        RunLifecycle::Running { run_started } | RunLifecycle::Finished { run_started, .. } => {
             Some(run_started)
         }
-        RunStatus::Errored { run_started, .. } => run_started.as_ref(),
+        RunLifecycle::Errored { run_started, .. } => run_started.as_ref(),
     }
 }
 
-fn push_terminals(run: &RunStatus, out: &mut Vec<Value>) {
+fn push_terminals(run: &RunLifecycle, out: &mut Vec<Value>) {
     match run {
-        RunStatus::Finished { run_finished, .. } => out.push((**run_finished).clone()),
-        RunStatus::Errored {
+        RunLifecycle::Finished { run_finished, .. } => out.push((**run_finished).clone()),
+        RunLifecycle::Errored {
             run_finished,
             run_error,
             ..
@@ -183,7 +182,7 @@ fn push_terminals(run: &RunStatus, out: &mut Vec<Value>) {
             }
             out.push((**run_error).clone());
         }
-        RunStatus::None | RunStatus::Running { .. } => {}
+        RunLifecycle::NotStarted | RunLifecycle::Running { .. } => {}
     }
 }
 
@@ -308,14 +307,7 @@ fn lane_keys(checker: &OrderChecker) -> HashSet<Key> {
     checker
         .open_lanes()
         .iter()
-        .map(|l| {
-            let kind = match l.kind() {
-                LaneKind::Text => OpenKind::TextMessage,
-                LaneKind::Tool => OpenKind::ToolCall,
-                LaneKind::Reasoning => OpenKind::ReasoningMessage,
-            };
-            (kind, l.id().to_owned(), l.owner.clone())
-        })
+        .map(|l| (l.kind().open_kind(), l.id().to_owned(), l.owner.clone()))
         .collect()
 }
 
@@ -358,18 +350,9 @@ fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
         if skip.contains(&key(kind, item)) {
             continue;
         }
-        let lane = lanes.iter().find(|l| {
-            l.id() == item.id()
-                && matches!(
-                    (kind, l.kind()),
-                    (OpenKind::TextMessage, crate::event::chunks::LaneKind::Text)
-                        | (OpenKind::ToolCall, crate::event::chunks::LaneKind::Tool)
-                        | (
-                            OpenKind::ReasoningMessage,
-                            crate::event::chunks::LaneKind::Reasoning
-                        )
-                )
-        });
+        let lane = lanes
+            .iter()
+            .find(|l| l.id() == item.id() && l.kind().open_kind() == kind);
         match lane {
             Some(l) => out.push(l.reopening_chunk()),
             None => out.push(item.start().clone()),
