@@ -110,16 +110,7 @@ impl Fold {
     /// `RUN_FINISHED`: the current run is finished with this event (outcome, result).
     pub(super) fn run_finished(&mut self, event: &Value) -> Applied {
         let status = RunStatus::Finished(event.clone());
-        match &mut self.run {
-            Some(run) => run.status = status,
-            None => {
-                self.run = Some(Run {
-                    started: None,
-                    status,
-                })
-            }
-        }
-        Applied::Folded
+        self.end_run(status)
     }
 
     /// `RUN_ERROR`: the current run errored (also after `RUN_FINISHED`, which it then
@@ -134,6 +125,11 @@ impl Fold {
             error: event.clone(),
             finished,
         };
+        self.end_run(status)
+    }
+
+    /// Ends the current run with `status`; a run only ever seen ending has no `RUN_STARTED`.
+    fn end_run(&mut self, status: RunStatus) -> Applied {
         match &mut self.run {
             Some(run) => run.status = status,
             None => {
