@@ -14,9 +14,9 @@
 //! validation off, batches are folded without being checked, for those candidates.
 
 use crate::event::{ThreadId, ValidEvent};
+use crate::fold::prelude;
 use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
 use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMark};
-use crate::prelude;
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::Value;

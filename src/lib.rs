@@ -30,7 +30,6 @@ pub mod hub;
 pub mod ingest;
 pub mod log;
 pub mod metrics;
-pub mod prelude;
 pub mod queue;
 pub mod sse;
 pub mod stream;

@@ -97,7 +97,7 @@ fn json_patch_test_suite() {
 /// Chunk streams, expanded by hand as the client's `transformChunks` does (AGUI.md §5.1): the
 /// first chunk opens the message (START with `messageId`/`role`, CONTENT), continuations are
 /// CONTENT, `RAW` stands aside, the run terminal closes the lane with a synthesised END.
-/// Chunk expansion itself lives in `event::chunks`; the fold takes expanded events.
+/// Chunk expansion itself lives in `event::order` (`chunks.rs`); the fold takes expanded events.
 fn hand_expanded(name: &str) -> Option<Vec<Value>> {
     let (thread, run, id, first, second, between) = match name {
         "chunk-expansion-assembles" => (

@@ -3,7 +3,7 @@
 //! replayed through `agui_fanout::event::order::OrderChecker` as one stream each, the way
 //! `@ag-ui/client` 1.0.0 runs `transformChunks` → `verifyEvents` on one HTTP response.
 
-use agui_fanout::event::order::{OrderChecker, OrderViolation, RunStatus};
+use agui_fanout::event::order::{OrderChecker, OrderViolation, RunLifecycle};
 use agui_fanout::event::validate_value;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -179,7 +179,7 @@ fn events_of(path: &Path) -> Vec<Value> {
 #[track_caller]
 fn assert_closed_cleanly(checker: &OrderChecker, what: &str) {
     assert!(
-        matches!(checker.open().run(), RunStatus::Finished { .. }),
+        matches!(checker.open().run(), RunLifecycle::Finished { .. }),
         "{what}: ends with a finished run, got {:?}",
         checker.open().run()
     );

@@ -5,7 +5,6 @@
 //! structs: the broker must never drop or rewrite a producer's field (SPEC §2), and only a few
 //! fields (`type`, ids, deltas) are ever read downstream.
 
-pub mod chunks;
 pub mod order;
 mod types;
 pub mod validate;

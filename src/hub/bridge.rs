@@ -12,9 +12,9 @@
 //! itself never builds a bridge: a stalled subscriber costs it one queue lock per event.
 
 use super::ThreadHub;
+use crate::fold::prelude;
 use crate::log::EventId;
 use crate::metrics as m;
-use crate::prelude;
 use crate::queue::Frame;
 use crate::queue::{BridgeSource, CloseReason, ConnQueue};
 use std::sync::Weak;

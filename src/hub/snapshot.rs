@@ -3,9 +3,9 @@
 
 use super::Hub;
 use crate::event::ThreadId;
+use crate::fold::prelude;
 use crate::fold::{ThreadFold, load_fold};
 use crate::log::{Epoch, EventId, LogError, StreamPos};
-use crate::prelude;
 use serde_json::Value;
 
 impl Hub {

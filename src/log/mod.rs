@@ -310,7 +310,7 @@ impl Default for Retention {
 /// A thread's checkpoint (SPEC §6): its fold at `pos`, restated as AG-UI events.
 ///
 /// `events` is an opaque JSON array of AG-UI events (the prelude of the thread's fold at
-/// `pos`, `crate::prelude::prelude`); the log stores and returns it byte for byte and never
+/// `pos`, `crate::fold::prelude::prelude`); the log stores and returns it byte for byte and never
 /// interprets it. Folding `events` and then the log entries strictly after `pos` gives the
 /// thread's fold. Every entry at or before `pos` may have been trimmed; the entries after it
 /// are retained (unless the count safety cap cut in, see [`Retention`]), so

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::fold::ThreadFold;
-use crate::prelude;
+use crate::fold::prelude;
 
 /// Unfollowed, the snapshot is rebuilt from the log; followed, it is the hub's own fold (no
 /// log read) and the same document.
