@@ -1,7 +1,7 @@
 //! Wiring: builds the log backend, the hub and the router from a [`Config`], serves HTTP, and
 //! drains gracefully: readiness turns false, streams end themselves within the drain period
 //! (each at a jittered moment, after a jittered `retry:`), in-flight publishes complete, and
-//! only then does the process exit (SPEC §9).
+//! only then does the process exit (PROTOCOL §9).
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -99,7 +99,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
 /// # Errors
 /// The address cannot be bound.
 pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
-    // Also for configurations built in code (tests): the non-loopback rule of SPEC §8 holds.
+    // Also for configurations built in code (tests): the non-loopback rule of PROTOCOL §8 holds.
     config.validate()?;
     let auth = crate::http::auth::Auth::from_config(&config.auth)
         .map_err(anyhow::Error::msg)?

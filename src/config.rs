@@ -1,6 +1,6 @@
 //! Typed configuration, layered once at start-up: built-in defaults, then a TOML file
 //! (`config/default.toml` or `--config FILE`), then `AGUI_*` environment variables, then
-//! command-line flags (SPEC §9). Validated once; the rest of the program trusts it.
+//! command-line flags (PROTOCOL §9). Validated once; the rest of the program trusts it.
 //!
 //! Environment names: top-level keys as `AGUI_<KEY>` (`AGUI_LISTEN`, `AGUI_REDIS_URL`), nested
 //! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
@@ -52,14 +52,14 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub redis_block: Duration,
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
-    /// `STATE_DELTA` that does not apply to the thread's state (SPEC §2). Default on.
+    /// `STATE_DELTA` that does not apply to the thread's state (PROTOCOL §2). Default on.
     pub strict_order: bool,
-    /// Allow listening on a non-loopback address without authentication (SPEC §8: refused
+    /// Allow listening on a non-loopback address without authentication (PROTOCOL §8: refused
     /// unless this is set; `--insecure` on the command line).
     pub insecure: bool,
-    /// JWT authentication of publishes and subscriptions (SPEC §8); off while no key is set.
+    /// JWT authentication of publishes and subscriptions (PROTOCOL §8); off while no key is set.
     pub auth: AuthConfig,
-    /// Cross-origin requests from browsers (SPEC §8); off while no origin is listed.
+    /// Cross-origin requests from browsers (PROTOCOL §8); off while no origin is listed.
     pub cors: CorsConfig,
     /// SSE stream settings.
     pub sse: SseConfig,
@@ -73,7 +73,7 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
 }
 
-/// JWT bearer tokens (SPEC §8; see `http::auth`). Authentication is on when
+/// JWT bearer tokens (PROTOCOL §8; see `http::auth`). Authentication is on when
 /// `hs256_secret` or `rs256_public_key` is set; tokens signed with either are then accepted.
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -117,7 +117,7 @@ impl AuthConfig {
     }
 }
 
-/// CORS (the Fetch standard's CORS protocol), for browsers on other origins (SPEC §8).
+/// CORS (the Fetch standard's CORS protocol), for browsers on other origins (PROTOCOL §8).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CorsConfig {
@@ -132,7 +132,7 @@ pub struct CorsConfig {
     pub max_age: Duration,
 }
 
-/// SSE stream settings (SPEC §3).
+/// SSE stream settings (PROTOCOL §3).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SseConfig {
@@ -157,7 +157,7 @@ pub struct SseConfig {
     pub send_buffer: usize,
 }
 
-/// Per-connection queue bounds (SPEC §5). A subscriber whose queue would exceed either bound
+/// Per-connection queue bounds (PROTOCOL §5). A subscriber whose queue would exceed either bound
 /// is over-full.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -178,7 +178,7 @@ pub struct LimitsConfig {
     pub max_body_bytes: usize,
 }
 
-/// Log retention (SPEC §6).
+/// Log retention (PROTOCOL §6).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
@@ -195,7 +195,7 @@ pub struct RetentionConfig {
     pub idle_ttl: Option<Duration>,
 }
 
-/// Graceful shutdown (SPEC §9).
+/// Graceful shutdown (PROTOCOL §9).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShutdownConfig {
@@ -428,8 +428,8 @@ impl Config {
         }
         if !self.listen.ip().is_loopback() && !self.auth.enabled() && !self.insecure {
             return Err(ConfigError::Invalid(format!(
-                "refusing to listen on {} without authentication (SPEC §8): set auth.hs256_secret \
-                 or auth.rs256_public_key (AGUI_AUTH__HS256_SECRET, AGUI_AUTH__RS256_PUBLIC_KEY), \
+                "refusing to listen on {} without authentication (PROTOCOL §8): set \
+                 auth.hs256_secret or auth.rs256_public_key (AGUI_AUTH__HS256_SECRET, AGUI_AUTH__RS256_PUBLIC_KEY), \
                  or start with --insecure (AGUI_INSECURE=true)",
                 self.listen
             )));

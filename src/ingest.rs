@@ -1,4 +1,4 @@
-//! The publish pipeline after schema validation (SPEC §2): order validation against the
+//! The publish pipeline after schema validation (PROTOCOL §2): order validation against the
 //! thread's fold at the **latest** log position, then a compare-and-append, so that several
 //! nodes publishing to one thread can never interleave into an invalid sequence.
 //!
@@ -10,7 +10,7 @@
 //! applicability), and appends with [`EventLog::append_if`] on that position. If another
 //! node appended in between, the append is refused (nothing written), the fold catches up and
 //! the batch is checked again. Every `retention.max_events` appended events it hands the log a
-//! checkpoint candidate: the prelude of the fold after the batch (SPEC §6). With order
+//! checkpoint candidate: the prelude of the fold after the batch (PROTOCOL §6). With order
 //! validation off, batches are folded without being checked, for those candidates.
 
 use crate::event::{ThreadId, ValidEvent};
@@ -34,7 +34,7 @@ const CACHE_IDLE: Duration = Duration::from_secs(300);
 const CACHE_SOFT_LIMIT: usize = 10_000;
 
 /// `X-Producer-Id` and `X-Producer-Seq` of a publish: the producer's number of the batch's
-/// first event (events numbered consecutively), SPEC §2.
+/// first event (events numbered consecutively), PROTOCOL §2.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Producer {
     /// The producer id.
@@ -147,7 +147,7 @@ impl Ingest {
 
     /// Appends a schema-valid batch atomically after the order checks. With a `producer`,
     /// events whose number that producer already appended on this thread are acknowledged
-    /// and skipped (SPEC §2 idempotent retries), also across nodes.
+    /// and skipped (PROTOCOL §2 idempotent retries), also across nodes.
     ///
     /// # Errors
     /// [`IngestError::Rejected`] with the first offending event (nothing appended);
@@ -199,7 +199,7 @@ impl Ingest {
 
     /// Whether the thread's fold is kept. Without order checks it is still kept when the log
     /// is trimmed, for the checkpoint candidates a trimmed thread's preludes and snapshots are
-    /// built from (SPEC §6); without trimming (`max_events = 0`) the log alone rebuilds it.
+    /// built from (PROTOCOL §6); without trimming (`max_events = 0`) the log alone rebuilds it.
     fn keeps_fold(&self) -> bool {
         self.shared.strict_order || self.shared.checkpoint_every > 0
     }
@@ -445,7 +445,7 @@ impl Ingest {
     }
 }
 
-/// A checkpoint candidate: the prelude of `next`, the fold after the batch (SPEC §6).
+/// A checkpoint candidate: the prelude of `next`, the fold after the batch (PROTOCOL §6).
 fn candidate(next: &ThreadFold) -> Option<Bytes> {
     serde_json::to_vec(&prelude::prelude(next))
         .ok()

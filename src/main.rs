@@ -36,14 +36,14 @@ enum Command {
         /// Redis URL; selects the redis log backend (overrides the file and AGUI_REDIS_URL).
         #[arg(long)]
         redis_url: Option<String>,
-        /// Allow a non-loopback listen address without authentication (SPEC §8; also
+        /// Allow a non-loopback listen address without authentication (PROTOCOL §8; also
         /// AGUI_INSECURE=true).
         #[arg(long)]
         insecure: bool,
     },
     /// Publish a recorded AG-UI run (a JSON array of events) to a broker, paced like a live agent.
     Replay(replay::ReplayArgs),
-    /// Print an HS256 token for development (SPEC §8): its `agui` claim allows the given
+    /// Print an HS256 token for development (PROTOCOL §8): its `agui` claim allows the given
     /// thread patterns (a thread id, or a prefix ending in `*`).
     Token(token::TokenArgs),
 }

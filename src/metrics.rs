@@ -1,4 +1,4 @@
-//! Every metric name of the broker (prefix `agui_`, SPEC §9), described once at start-up, and
+//! Every metric name of the broker (prefix `agui_`, PROTOCOL §9), described once at start-up, and
 //! the Prometheus exporter handle that `/metrics` renders.
 //!
 //! Naming follows the Prometheus conventions: counters end in `_total`, units in the name,

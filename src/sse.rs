@@ -1,9 +1,9 @@
 //! Server-Sent Events wire encoding (WHATWG HTML, "Server-sent events", §9.2): event, `retry:`,
 //! comment and heartbeat frames as bytes. A leaf: it knows nothing of the crate's events,
 //! queues or sockets; the hub encodes each event once per node through it (see
-//! `queue::Frame`) and every subscriber shares the same `Bytes` (SPEC §3).
+//! `queue::Frame`) and every subscriber shares the same `Bytes` (PROTOCOL §3).
 //!
-//! Wire rules (SPEC §3): LF only, never CR; one AG-UI event per frame as `id: <event id>\n` +
+//! Wire rules (PROTOCOL §3): LF only, never CR; one AG-UI event per frame as `id: <event id>\n` +
 //! one `data: <compact JSON>\n` + a blank line; no `event:` field; `retry: <ms>` as the
 //! stream's first frame; a comment line as heartbeat when the stream was idle.
 

@@ -1,4 +1,4 @@
-//! What the broker sends, judged by the real `@ag-ui/client` 1.0.0 (SPEC §4.5): every recorded
+//! What the broker sends, judged by the real `@ag-ui/client` 1.0.0 (PROTOCOL §4.5): every recorded
 //! stream and every conformance stream whose `expect.outcome` is `completed` (spec 1.0 and 1.1)
 //! is published, one event per POST, to a fresh thread of an in-process broker; what a client
 //! received is kept byte for byte and played through the client's whole pipeline
@@ -14,7 +14,7 @@
 //! - (c) [`scenario_resume_after_trim`]: a subscriber resumes with an id that retention trimmed
 //!   meanwhile: it gets a prelude (the client's messages and state carry over);
 //! - (d) [`scenario_slow`]: a raw TCP subscriber that does not read while a recorded run is
-//!   published is coalesced (SPEC §5), and still folds like the log;
+//!   published is coalesced (PROTOCOL §5), and still folds like the log;
 //! - (e) [`scenario_resets`]: a raw TCP subscriber that reads in bursts is reset several times,
 //!   across run boundaries, and its one connection still passes and folds like the log;
 //! - (f) `a_subscriber_cut_inside_a_bridge_resumes_and_folds_like_the_log`: a client cut off at
@@ -111,7 +111,7 @@ async fn scenario_live(
 
 /// (b) Subscribers that connect without `Last-Event-ID` after k = 1, 11, 21, … events were
 /// published, each read to the last event: joining mid-run must pass and fold like the full
-/// log (SPEC §4.4: the connection begins with a prelude at the head).
+/// log (PROTOCOL §4.4: the connection begins with a prelude at the head).
 async fn scenario_join_mid_run(
     base: &str,
     backend: &str,
@@ -158,7 +158,7 @@ async fn scenario_join_mid_run(
 /// (c) A subscriber connected before the first event reads through event `cut`, disconnects,
 /// misses `2 × TRIM_TO` events (so its id is trimmed on the broker at `trimmed`, whose
 /// `retention.max_events` is [`TRIM_TO`]), resumes with that id and reads the rest. Its two
-/// connections must pass as SPEC §4.5 says and fold like the full log, read from the same
+/// connections must pass as PROTOCOL §4.5 says and fold like the full log, read from the same
 /// events published on the untrimmed broker at `full`. `None` when the source is too short.
 async fn scenario_resume_after_trim(
     trimmed: &str,
@@ -611,7 +611,7 @@ fn bridges(body: &str) -> Vec<Vec<String>> {
     let mut group: Vec<String> = Vec::new();
     for f in data_frames(body) {
         group.push(f.event["type"].as_str().unwrap_or("?").to_string());
-        // The bridge's mark on its first event does not end it (SPEC §5).
+        // The bridge's mark on its first event does not end it (PROTOCOL §5).
         if f.id.as_deref().is_some_and(|id| !id.ends_with("-bridge")) {
             if group.iter().any(|t| t == "MESSAGES_SNAPSHOT") {
                 out.push(std::mem::take(&mut group));
@@ -1014,7 +1014,7 @@ struct ResetRow {
 /// published in the open run until `agui_resets_total{cause="overflow"}` rose and the writer is
 /// stuck ([`pad_until_stuck`]; the broker is this subscriber's alone), and a burst reads until
 /// `agui_publish_to_write_seconds_count` rises (the writer took the bridge). At the end it reads
-/// up to the last id. Its one connection must pass the client as one stream (SPEC §4.5: a live
+/// up to the last id. Its one connection must pass the client as one stream (PROTOCOL §4.5: a live
 /// reset passes as part of its connection) and fold like the log.
 async fn scenario_resets(
     broker: &BrokerProcess,
@@ -1349,7 +1349,7 @@ async fn burst_reader_reset_inside_a_chunk_lane_folds_like_the_log() {
 /// on its mark: the frames from after the last event id before its `MESSAGES_SNAPSHOT` (every
 /// bridge restates the messages; the synthetic thread has no `MESSAGES_SNAPSHOT`) to the next
 /// event id, which is on its last event. Also returns whether the bridge's first event
-/// carries the mark (`<id>-bridge`, SPEC §5).
+/// carries the mark (`<id>-bridge`, PROTOCOL §5).
 fn cuts_inside_first_bridge(body: &str) -> (Vec<usize>, bool) {
     // (end offset, id, data type) of each block.
     let mut blocks = Vec::new();

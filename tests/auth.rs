@@ -1,4 +1,4 @@
-//! Authentication and CORS (SPEC §8) over real sockets, with tokens signed by the
+//! Authentication and CORS (PROTOCOL §8) over real sockets, with tokens signed by the
 //! `jsonwebtoken` crate (HS256 with a secret, RS256 with the throwaway key pair in
 //! `tests/keys/`):
 //!

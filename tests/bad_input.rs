@@ -1,6 +1,6 @@
-//! Bad input and backend outages (SPEC §2 errors and publish rules, §4.3, §9).
+//! Bad input and backend outages (PROTOCOL §2 errors and publish rules, §4.3, §9).
 //!
-//! Every refused publish gets the SPEC status, a JSON body `{"error":{"code","message",…}}`
+//! Every refused publish gets its documented status (docs/PROTOCOL.md §2), a JSON body `{"error":{"code","message",…}}`
 //! with `index` / `field` where they apply, and appends nothing (checked in the log itself and,
 //! at the end, with a `?from=start` subscription). The same cases run on the memory and the
 //! redis backend.
@@ -557,7 +557,7 @@ async fn sse_ingest_stops_at_first_invalid(server: &Server) -> Vec<String> {
 
 /// An SSE ingest whose third event is far over the size limit and never ends (the ingest stops
 /// reading it before its end): 413, and the two complete events before it are appended and
-/// counted, the error's index naming the oversized event (SPEC §2: an SSE ingest appends events
+/// counted, the error's index naming the oversized event (PROTOCOL §2: an SSE ingest appends events
 /// as they arrive; the reply says how many were appended before the one refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_ingest_keeps_events_before_an_unterminated_oversized_one() {
@@ -685,7 +685,7 @@ async fn publish_when_back(base: &str, thread: &str, events: &[Value]) -> Value 
 }
 
 /// While Redis is unreachable: publish 503 + `Retry-After` + JSON; `/readyz` 503; `/healthz`
-/// 200; a new stream still opens with 200 (SPEC §4.3: never a 4xx for `EventSource`).
+/// 200; a new stream still opens with 200 (PROTOCOL §4.3: never a 4xx for `EventSource`).
 /// A resume (`Last-Event-ID: resume_id`) opened meanwhile also gets 200 and an SSE stream that
 /// ends, so an `EventSource` retries later.
 async fn assert_outage_answers(base: &str, thread: &str, event: &Value, resume_id: &str) {
@@ -741,7 +741,7 @@ async fn wait_ready(base: &str) {
 /// Redis dies and comes back empty (it persists nothing): the broker stays up, refuses
 /// publishes with 503 meanwhile, then starts the thread's log over under a new epoch. The old
 /// stream is ended (a discontinuity); resuming with an id of the old epoch gets 200 and the
-/// events of the new log (SPEC §1 epoch, §4.3).
+/// events of the new log (PROTOCOL §1 epoch, §4.3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_with_data_loss() {
     let mut redis = RedisServer::start().await;
@@ -805,7 +805,7 @@ async fn redis_outage_with_data_loss() {
         json!({"type": "RUN_FINISHED", "threadId": t, "runId": "r2"}),
     ];
     let (later_first, later_last) = sse_client::publish_ok(&base, &t, &later).await;
-    // A prelude (SPEC §5) may come first; the live events follow it exactly.
+    // A prelude (PROTOCOL §5) may come first; the live events follow it exactly.
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while seen.len() < later.len()

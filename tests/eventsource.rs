@@ -1,8 +1,8 @@
 //! A real browser-grade client: the npm `eventsource` package (WHATWG EventSource for Node),
 //! cut mid-stream by a TCP proxy several times, must reconnect by itself with `Last-Event-ID`
-//! and receive every event exactly once, in order (SPEC §4.1, §4.2). The client side lives in
+//! and receive every event exactly once, in order (PROTOCOL §4.1, §4.2). The client side lives in
 //! `tests/node/eventsource-resume.mjs`; this test starts the broker and runs it, once per log
-//! backend. The same client with its token in `?access_token=` (SPEC §8,
+//! backend. The same client with its token in `?access_token=` (PROTOCOL §8,
 //! `tests/node/eventsource-auth.mjs`): refused, it stays closed; with a token that expires
 //! while events flow, it gets every event until the broker ends the stream, and its own
 //! reconnect is refused.

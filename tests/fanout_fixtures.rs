@@ -3,7 +3,7 @@
 //! published through the HTTP API (one event per POST, as an agent streams, and once as one
 //! JSON-array batch) and received by several subscribers that connected before publishing.
 //! Each subscriber gets exactly what was published, in order, byte-exact compact JSON, with
-//! strictly increasing ids; a `?from=start` subscriber afterwards gets the same (SPEC §2–§4).
+//! strictly increasing ids; a `?from=start` subscriber afterwards gets the same (PROTOCOL §2–§4).
 
 mod common;
 

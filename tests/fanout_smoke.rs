@@ -40,7 +40,7 @@ async fn publish_subscribe_resume_memory() {
     server.stop().await;
 }
 
-/// SIGTERM semantics (SPEC §9): during the drain period the node still answers, but
+/// SIGTERM semantics (PROTOCOL §9): during the drain period the node still answers, but
 /// `/readyz` and new streams get 503, while open streams end themselves; then it stops.
 #[tokio::test]
 async fn draining_node_answers_503_then_stops() {

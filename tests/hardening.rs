@@ -75,7 +75,7 @@ async fn empty_header_does_not_hide_the_query_id() {
     server.stop().await;
 }
 
-/// Any event naming another thread is refused, not only run events (SPEC §2).
+/// Any event naming another thread is refused, not only run events (PROTOCOL §2).
 #[tokio::test]
 async fn any_event_naming_another_thread_is_refused() {
     let server = broker::start_memory().await;

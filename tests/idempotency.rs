@@ -1,4 +1,4 @@
-//! Idempotent retries (SPEC §2): with `X-Producer-Id` and `X-Producer-Seq`, events a producer
+//! Idempotent retries (PROTOCOL §2): with `X-Producer-Id` and `X-Producer-Seq`, events a producer
 //! already appended on a thread are acknowledged and not appended again, also across nodes.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The log backends' shared contract (SPEC §1, §4, §6, §7): the same test functions run against
+//! The log backends' shared contract (PROTOCOL §1, §4, §6, §7): the same test functions run against
 //! `MemoryLog` (`memory_*`) and `RedisLog` on a real redis-server (`redis_*`). Harness:
 //! `common/logs.rs`.
 
@@ -364,7 +364,7 @@ async fn checkpoint_rebuilds_fold_under_steady_publishing(f: Fixture) {
 
 /// A thread that uses checkpoints but whose producer stops sending candidates: past the
 /// safety cap (`4 * max_events`) the pending checkpoint is promoted early, and nothing after
-/// the newest checkpoint is ever trimmed (the fold stays rebuildable, SPEC §6).
+/// the newest checkpoint is ever trimmed (the fold stays rebuildable, PROTOCOL §6).
 async fn checkpoint_safety_cap_without_candidates(f: Fixture) {
     const MAX: usize = 10;
     let log = f.log_with(keep(MAX), Duration::from_secs(1)).await;
@@ -385,7 +385,7 @@ async fn checkpoint_safety_cap_without_candidates(f: Fixture) {
 
     // Never another candidate: past the safety cap the pending checkpoint is promoted (and
     // everything up to it trimmed), but nothing after it is ever trimmed: the fold stays
-    // rebuildable from the checkpoint (SPEC §6).
+    // rebuildable from the checkpoint (PROTOCOL §6).
     ids.extend(append_in_batches(&*log, &thread, &evs[30..], &[25]).await);
     let ckpt = log
         .checkpoint(&thread)

@@ -47,7 +47,7 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Replays `stream` through one checker. Events that fail schema validation are skipped:
-/// the broker refuses them before order checking (SPEC §2 refuses unknown event types and
+/// the broker refuses them before order checking (PROTOCOL §2 refuses unknown event types and
 /// unknown patch operations on purpose, where the client drops them), so they are not this
 /// module's business. `STATE_DELTA` applicability is the fold's, and is not checked here.
 /// Returns the checker and, if refused, the position and violation.
@@ -118,7 +118,7 @@ fn conformance_1_0_and_1_1_streams_behave_as_their_expect_block_says() {
         fatal_seen, listed,
         "every listed fatal fixture was replayed"
     );
-    // The only schema refusals are the ones SPEC §2 makes on purpose.
+    // The only schema refusals are the ones PROTOCOL §2 makes on purpose.
     assert_eq!(
         skipped,
         [

@@ -1,4 +1,4 @@
-//! Order validation at publish (SPEC §2 "Publish rules"), over real sockets, on both log
+//! Order validation at publish (PROTOCOL §2 "Publish rules"), over real sockets, on both log
 //! backends (one generic body per check, run by a memory and a redis test), and compare-and-
 //! append across two broker processes sharing Redis:
 //!
@@ -49,7 +49,7 @@ type Refusal = (
 /// The events of completed streams the broker refuses on purpose, and how, in fixture order:
 /// (fixture, index in the stream, status, error code, the error's `field`, its `operation`).
 const EXPECTED_REFUSALS: &[Refusal] = &[
-    // The client warns and keeps its state; SPEC §2 refuses a delta that cannot apply.
+    // The client warns and keeps its state; PROTOCOL §2 refuses a delta that cannot apply.
     (
         "spec-1.1/state-delta-unappliable-warns-and-keeps",
         2,
@@ -58,7 +58,8 @@ const EXPECTED_REFUSALS: &[Refusal] = &[
         Some("delta[1]"),
         Some(1),
     ),
-    // The client drops an operation RFC 6902 does not define; SPEC §2 refuses malformed patches.
+    // The client drops an operation RFC 6902 does not define; PROTOCOL §2 refuses malformed
+    // patches.
     (
         "spec-1.1/state-delta-unknown-op-dropped",
         2,
@@ -67,7 +68,7 @@ const EXPECTED_REFUSALS: &[Refusal] = &[
         Some("delta[0].op"),
         None,
     ),
-    // The client drops an unknown type; SPEC §2 refuses it (producers use CUSTOM/RAW).
+    // The client drops an unknown type; PROTOCOL §2 refuses it (producers use CUSTOM/RAW).
     (
         "spec-1.1/unknown-event-dropped",
         3,
@@ -668,7 +669,7 @@ async fn two_nodes_concurrent_producers_interleave_validly() {
 
 /// A producer behind a load balancer: a recorded run published one event per POST, to the two
 /// nodes in turn. Each event is valid at the log's latest position, so every one must be
-/// accepted (SPEC §2: order validation refuses what would make the *log* break the rules), and
+/// accepted (PROTOCOL §2: order validation refuses what would make the *log* break the rules), and
 /// the log must read back as the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_producer_alternating_between_nodes_is_accepted() {
@@ -704,7 +705,7 @@ async fn two_nodes_producer_alternating_between_nodes_is_accepted() {
     );
 }
 
-/// A producer may `XADD` to a thread's stream directly (SPEC §2); an entry the broker cannot
+/// A producer may `XADD` to a thread's stream directly (PROTOCOL §2); an entry the broker cannot
 /// validate is skipped, never delivered. One such entry at the end of the stream must not stop
 /// the broker's own publishes: they follow it (compare-and-append against the stream's newest
 /// entry), the log reads back as the valid events, and the thread's fold is unchanged. Fails

@@ -1,4 +1,4 @@
-//! Preludes and bridges (SPEC §5) built from a thread's fold: what they restate, the
+//! Preludes and bridges (PROTOCOL §5) built from a thread's fold: what they restate, the
 //! prelude mark, and that a fresh client folding them reaches the same state and messages.
 
 use agui_fanout::fold::ThreadFold;

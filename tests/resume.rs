@@ -1,4 +1,4 @@
-//! Resume (SPEC §4, §9) on real sockets, with a real `redis-server` for the redis backend:
+//! Resume (PROTOCOL §4, §9) on real sockets, with a real `redis-server` for the redis backend:
 //!
 //! - (a) a subscriber cut at random points while a producer publishes resumes with
 //!   `Last-Event-ID` and, concatenated, receives the log exactly (both backends);
@@ -453,7 +453,7 @@ async fn redis_unresumable_ids_open_with_comment_then_live() {
 }
 
 /// `strict_order = false` (no order checks at publish) still keeps the thread's checkpoints
-/// (SPEC §6): on Redis with `retention.max_events = 10`, a run trimmed far past its first event
+/// (PROTOCOL §6): on Redis with `retention.max_events = 10`, a run trimmed far past its first event
 /// still has a snapshot equal to the untrimmed run's (a memory broker without retention), and a
 /// new subscriber still begins with a prelude. Fails when the non-strict path appends without
 /// checkpoint candidates (snapshot 503, live events without a prelude).

@@ -1,5 +1,5 @@
 //! HTTP semantics of the router without a socket: [`http::router`] driven with
-//! `tower::ServiceExt::oneshot` (status codes, headers and JSON error bodies of SPEC §2 as the
+//! `tower::ServiceExt::oneshot` (status codes, headers and JSON error bodies of PROTOCOL §2 as the
 //! README's API section lists them). Streaming and wire-level behaviour are tested on real
 //! sockets elsewhere (`fanout_smoke`, `resume`, `conn_front`).
 

@@ -100,14 +100,14 @@ enum When {
     Bound,
 }
 
-/// A fixture file (relative path) with the events our SPEC refuses: (index, field, when).
+/// A fixture file (relative path) with the events the broker refuses: (index, field, when).
 /// Every other event must be accepted.
 type FileExpectations = &'static [(&'static str, &'static [(usize, &'static str, When)])];
 
 /// All conformance streams. Only three kinds of event are refused:
 /// - `unknown-event-dropped`: `FUTURE_EVENT` is not an AG-UI 1.0 type (the client drops it
-///   with a warning; SPEC §2 refuses unknown types so it never reaches a log);
-/// - `state-delta-unknown-op-dropped`: op `increment` (the client drops the op; SPEC §2
+///   with a warning; PROTOCOL §2 refuses unknown types so it never reaches a log);
+/// - `state-delta-unknown-op-dropped`: op `increment` (the client drops the op; PROTOCOL §2
 ///   refuses malformed patches);
 /// - the draft thread-mismatch fixtures: a `threadId` other than the thread published to.
 ///

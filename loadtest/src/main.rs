@@ -78,7 +78,7 @@ pub struct Common {
     #[arg(long, global = true)]
     pub no_fail: bool,
     /// A bearer token sent with every publish and subscribe (`Authorization: Bearer`), for a
-    /// broker with authentication on (SPEC §8); `agui-fanout token` makes one.
+    /// broker with authentication on (PROTOCOL §8); `agui-fanout token` makes one.
     #[arg(long, global = true)]
     pub bearer: Option<String>,
 }

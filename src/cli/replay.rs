@@ -1,13 +1,13 @@
-//! The `replay` subcommand (SPEC §9): publishes a recorded AG-UI run to a broker as a live agent
-//! would, one event per `POST /v1/threads/{threadId}/events`, paced at a fixed rate.
+//! The `replay` subcommand (PROTOCOL §9): publishes a recorded AG-UI run to a broker as a live
+//! agent would, one event per `POST /v1/threads/{threadId}/events`, paced at a fixed rate.
 //!
-//! A client of the broker's HTTP API (SPEC §2), not a stage of the data path. It runs one way:
+//! A client of the broker's HTTP API (PROTOCOL §2), not a stage of the data path. It runs one way:
 //! read the file (a JSON array of events, UTF-8 BOM tolerated) → pick the thread (`--thread`,
 //! else the first `threadId` in the recording) → retarget the events' `threadId` fields →
 //! publish them in order, stopping at the first refusal.
 //!
 //! Every request carries `X-Producer-Id` (random per run) and `X-Producer-Seq` (the event's
-//! 1-based position), so the retries of a `503` can never append an event twice (SPEC §2,
+//! 1-based position), so the retries of a `503` can never append an event twice (PROTOCOL §2,
 //! idempotent retries). Nothing is printed here; the binary reports the [`ReplaySummary`] or
 //! the [`ReplayError`].
 
@@ -119,7 +119,7 @@ pub enum ReplayError {
         /// The file.
         path: PathBuf,
     },
-    /// The target thread id is not a valid thread id (SPEC §1).
+    /// The target thread id is not a valid thread id (PROTOCOL §1).
     #[error("thread {thread:?}: {source}")]
     InvalidThread {
         /// The id (from `--thread` or the recording).
@@ -331,7 +331,7 @@ fn parse_events(bytes: &[u8], path: &Path) -> Result<Vec<Map<String, Value>>, Re
 /// that same thread.
 ///
 /// # Errors
-/// [`ReplayError::NoThread`], [`ReplayError::InvalidThread`] (SPEC §1 rules, checked here so
+/// [`ReplayError::NoThread`], [`ReplayError::InvalidThread`] (PROTOCOL §1 rules, checked here so
 /// the id is safe as a URL path segment), [`ReplayError::ThreadMismatch`].
 fn target_thread(
     events: &[Map<String, Value>],
@@ -389,7 +389,7 @@ fn retarget(events: &mut [Map<String, Value>], thread: &str) {
     }
 }
 
-/// The broker's publish reply, `{"count":N,"firstId":"…","lastId":"…"}` (SPEC §2).
+/// The broker's publish reply, `{"count":N,"firstId":"…","lastId":"…"}` (PROTOCOL §2).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PublishReply {

@@ -1,4 +1,4 @@
-//! The `token` subcommand (SPEC §8): prints an HS256 token for development whose `agui` claim
+//! The `token` subcommand (PROTOCOL §8): prints an HS256 token for development whose `agui` claim
 //! allows the given thread patterns. Signing is [`crate::http::auth::issue_hs256`].
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! the data path (`http` → **`event`** → `log` → `hub` → `queue` → `sse`).
 //!
 //! Events are kept as the producer's JSON (compactly re-serialised) rather than as typed
-//! structs: the broker must never drop or rewrite a producer's field (SPEC §2), and only a few
+//! structs: the broker must never drop or rewrite a producer's field (PROTOCOL §2), and only a few
 //! fields (`type`, ids, deltas) are ever read downstream.
 
 pub mod order;
@@ -16,7 +16,8 @@ use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
 
-/// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]` (SPEC §1).
+/// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]`
+/// (PROTOCOL §1).
 ///
 /// Cheap to clone (`Arc<str>`). The character set keeps it safe inside a Redis hash tag
 /// (`{threadId}`) and a URL path segment without escaping.
@@ -35,13 +36,13 @@ pub enum ThreadIdError {
 }
 
 impl ThreadId {
-    /// Longest accepted thread id, in characters (SPEC §1).
+    /// Longest accepted thread id, in characters (PROTOCOL §1).
     pub const MAX_LEN: usize = 128;
 
     /// Parses a thread id.
     ///
     /// # Errors
-    /// [`ThreadIdError`] when the length or a character is out of the SPEC §1 range.
+    /// [`ThreadIdError`] when the length or a character is out of the PROTOCOL §1 range.
     pub fn parse(s: &str) -> Result<Self, ThreadIdError> {
         if s.is_empty() || s.len() > Self::MAX_LEN {
             return Err(ThreadIdError::Length(s.chars().count()));

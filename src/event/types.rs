@@ -19,7 +19,7 @@ macro_rules! event_types {
             }
 
             /// Parses a wire name; `None` for anything not in AG-UI 1.0 (including the removed
-            /// `THINKING_*` types, which SPEC §2 refuses like any unknown type).
+            /// `THINKING_*` types, which PROTOCOL §2 refuses like any unknown type).
             pub fn parse(s: &str) -> Option<Self> {
                 match s { $($name => Some(EventType::$variant),)+ _ => None }
             }

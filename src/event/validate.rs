@@ -1,4 +1,4 @@
-//! Schema validation of one AG-UI 1.0 event (SPEC §2 "Publish rules", AGUI.md §1–§2).
+//! Schema validation of one AG-UI 1.0 event (PROTOCOL §2 "Publish rules", AGUI.md §1–§2).
 //!
 //! What is checked, table by table (the tables are in `validate/schema.rs`):
 //! - the event is a JSON object whose string `type` is one of the 31 AG-UI 1.0 [`EventType`]s
@@ -189,8 +189,8 @@ fn check_type(event: &Map<String, Value>) -> Result<EventType, ValidationError> 
 }
 
 /// `threadId` of any event (a schema field of `RUN_STARTED`/`RUN_FINISHED`), and
-/// `RUN_STARTED.input.threadId`, must name the thread the event is published to (SPEC §2). Runs after the schema checks, so both are
-/// strings when present.
+/// `RUN_STARTED.input.threadId`, must name the thread the event is published to
+/// (PROTOCOL §2). Runs after the schema checks, so both are strings when present.
 fn check_thread(
     event: &Map<String, Value>,
     event_type: EventType,
@@ -199,7 +199,7 @@ fn check_thread(
     let root = Path::Root;
     if !matches!(event_type, EventType::RunStarted | EventType::RunFinished) {
         // Not in the schema of other types, but an event naming another thread is still
-        // refused (SPEC §2); a non-string `threadId` is just an unknown field.
+        // refused (PROTOCOL §2); a non-string `threadId` is just an unknown field.
         if let Some(Value::String(_)) = event.get("threadId") {
             same_thread(event.get("threadId"), &root.key("threadId"), thread)?;
         }

@@ -1,5 +1,5 @@
 //! Rebuilding a thread's fold from its log: from the first event when nothing was trimmed,
-//! else from the log's checkpoint (a prelude stored with the log, SPEC §6) plus the entries
+//! else from the log's checkpoint (a prelude stored with the log, PROTOCOL §6) plus the entries
 //! after it.
 
 use super::ThreadFold;

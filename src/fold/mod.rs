@@ -1,5 +1,5 @@
 //! The AG-UI client reducer: what `@ag-ui/client` 1.0.0 `defaultApplyEvents` makes of a
-//! sequence of (chunk-expanded) events — `state`, `messages` and the current run (SPEC §1
+//! sequence of (chunk-expanded) events — `state`, `messages` and the current run (PROTOCOL §1
 //! "fold", AGUI.md §6).
 //!
 //! The reference is the published package's own source (`src/apply/default.ts`, shipped in
@@ -13,7 +13,7 @@
 //! enforcement stage drops JSON Patch operations with an unknown `op` (conformance fixture
 //! `state-delta-unknown-op-dropped`). What it does and the fold does not: it strips
 //! undescribed members from messages carried whole (`MESSAGES_SNAPSHOT`, `RUN_STARTED.input`);
-//! the fold keeps them (the broker never drops a producer's field, SPEC §2) and a client strips
+//! the fold keeps them (the broker never drops a producer's field, PROTOCOL §2) and a client strips
 //! them again when it receives them, so both end with the same messages.
 //!
 //! One difference is known and left: when two messages share an id (a producer bug — ids are
@@ -48,7 +48,7 @@ use messages::Messages;
 use serde_json::{Map, Value, json};
 
 /// A thread's fold: the state, the messages and the current run, as the AG-UI 1.0 client
-/// reducer builds them from the thread's events (SPEC §1).
+/// reducer builds them from the thread's events (PROTOCOL §1).
 ///
 /// `Clone` is a deep copy (used to try a batch before committing it).
 #[derive(Clone, Debug)]

@@ -1,4 +1,4 @@
-//! Preludes and bridges (SPEC §5): events the broker synthesises so that a client with
+//! Preludes and bridges (PROTOCOL §5): events the broker synthesises so that a client with
 //! nothing (prelude) or with a known, older view (bridge, for a live reset) reaches the
 //! thread's fold at a given event id, in a stream `@ag-ui/client` 1.0 `verifyEvents` accepts
 //! and that folds to the same state and messages (AGUI.md §6 "Prelude recipes").
@@ -51,7 +51,7 @@ pub fn prelude(truth: &ThreadFold) -> Vec<Value> {
 }
 
 /// The bridge for a live reset: from what a client was already sent (`client`, the order
-/// state after the last event written to it) to `truth` (SPEC §5 "Reset"):
+/// state after the last event written to it) to `truth` (PROTOCOL §5 "Reset"):
 /// close what the client has open that is closed in truth, finish the client's run with its
 /// real terminal event if it ended, start the current run if it is another one, restate the
 /// messages and state, re-open what is open in truth but not for the client.
@@ -142,7 +142,7 @@ fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out:
     if mark {
         mark_prelude(&mut rs);
     } else {
-        // A fold rebuilt from a checkpoint (itself a prelude, SPEC §6) holds the marked
+        // A fold rebuilt from a checkpoint (itself a prelude, PROTOCOL §6) holds the marked
         // RUN_STARTED: a bridge must not pass that mark on, or the client would take it for
         // the start of a new connection.
         unmark_prelude(&mut rs);
@@ -203,7 +203,7 @@ pub fn unmark_prelude(run_started: &mut Value) {
     }
 }
 
-/// Adds `{"agui-fanout": {"prelude": true}}` to the event's metadata (SPEC §5).
+/// Adds `{"agui-fanout": {"prelude": true}}` to the event's metadata (PROTOCOL §5).
 pub fn mark_prelude(run_started: &mut Value) {
     if let Value::Object(map) = run_started {
         let meta = map

@@ -1,6 +1,6 @@
 //! A thread's fold together with its order state: what the broker knows about a thread at a
-//! log position, for publish-time order validation (SPEC §2) and for preludes and resets
-//! (SPEC §5). One [`ThreadFold`] per followed thread in the hub, one per thread with recent
+//! log position, for publish-time order validation (PROTOCOL §2) and for preludes and resets
+//! (PROTOCOL §5). One [`ThreadFold`] per followed thread in the hub, one per thread with recent
 //! publishes in the ingest cache.
 
 use super::{Applied, Fold, PatchError};

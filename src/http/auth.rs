@@ -1,4 +1,4 @@
-//! Authentication and authorisation of publishes, subscriptions and snapshots (SPEC §8): a
+//! Authentication and authorisation of publishes, subscriptions and snapshots (PROTOCOL §8): a
 //! JWT bearer token (RFC 7519; RFC 6750 for how it is carried) signed with HS256 (a shared
 //! secret) or RS256 (the issuer's RSA public key), checked with the `jsonwebtoken` crate.
 //!

@@ -140,7 +140,7 @@ struct SubscribeRequest {
     thread: String,
     /// The raw `Last-Event-ID` header.
     last_event_id: Option<Vec<u8>>,
-    /// The raw `Authorization`, `Cookie` and `Origin` headers (SPEC §8).
+    /// The raw `Authorization`, `Cookie` and `Origin` headers (PROTOCOL §8).
     authorization: Option<Vec<u8>>,
     cookie: Option<Vec<u8>>,
     origin: Option<Vec<u8>>,
@@ -256,7 +256,7 @@ async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppSta
 }
 
 /// Everything of a front-served subscribe before its stream: consumes the head `route` only
-/// peeked at, checks the token (SPEC §8), opens the subscription. Answers by itself what is
+/// peeked at, checks the token (PROTOCOL §8), opens the subscription. Answers by itself what is
 /// not a stream (an error, the backend being down) and returns `None` then; else the socket,
 /// the response head (with the CORS headers) and the opened stream.
 async fn start_subscribe(

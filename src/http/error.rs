@@ -1,4 +1,4 @@
-//! JSON errors with the SPEC §2 status codes.
+//! JSON errors with the PROTOCOL §2 status codes.
 
 use crate::fold::Rejection;
 use crate::ingest::IngestError;

@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §2): `router()` wires publish, subscribe, health and metrics over a
+//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, health and metrics over a
 //! shared [`AppState`]; errors are JSON `{"error":{"code","message","index"?,"field"?}}`.
 //!
 //! Data path position: the edge. Publish enters the path here (→ `event` → `log`);
@@ -45,7 +45,7 @@ pub struct AppState {
     /// Set when the node starts draining: `/readyz` fails and new streams are refused (open
     /// streams are ended by [`Hub::drain_streams`]).
     pub draining: Arc<AtomicBool>,
-    /// The token verifier (SPEC §8); `None`: authentication off.
+    /// The token verifier (PROTOCOL §8); `None`: authentication off.
     pub auth: Option<Arc<auth::Auth>>,
     /// The CORS layer ([`cors::layer`]); `None`: CORS off. Behind an `Arc`: every connection's
     /// task holds a copy of the state, and the layer is a few hundred bytes (idle memory).
@@ -53,7 +53,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Checks the request's token for `action` on `thread` (SPEC §8); `Ok(None)` when
+    /// Checks the request's token for `action` on `thread` (PROTOCOL §8); `Ok(None)` when
     /// authentication is off.
     ///
     /// # Errors

@@ -1,4 +1,4 @@
-//! `POST /v1/threads/{threadId}/events` (SPEC §2): JSON object or array, NDJSON, or an AG-UI
+//! `POST /v1/threads/{threadId}/events` (PROTOCOL §2): JSON object or array, NDJSON, or an AG-UI
 //! SSE stream piped in. JSON and NDJSON bodies are all-or-nothing (one atomic append); an SSE
 //! ingest appends events as they arrive and stops at the first invalid one, saying how many
 //! were appended before it.
@@ -55,7 +55,7 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     }
 }
 
-/// Parses the `{threadId}` path segment (SPEC §1).
+/// Parses the `{threadId}` path segment (PROTOCOL §1).
 ///
 /// # Errors
 /// 400 `invalid_thread_id` naming the field `threadId`.
@@ -136,7 +136,7 @@ async fn publish_inner(
 /// Largest `X-Producer-Seq` accepted: 2^63 − 1.
 const MAX_PRODUCER_SEQ: u64 = i64::MAX as u64;
 
-/// `X-Producer-Id` and `X-Producer-Seq` (SPEC §2 idempotent retries): both or neither.
+/// `X-Producer-Id` and `X-Producer-Seq` (PROTOCOL §2 idempotent retries): both or neither.
 ///
 /// # Errors
 /// 400 `invalid_producer` naming the header.

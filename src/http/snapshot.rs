@@ -1,4 +1,4 @@
-//! `GET /v1/threads/{threadId}/snapshot` (SPEC §2): the thread's fold as JSON,
+//! `GET /v1/threads/{threadId}/snapshot` (PROTOCOL §2): the thread's fold as JSON,
 //! `{"lastEventId","state","messages","run"}` — what a client holds after receiving the
 //! thread's events up to `lastEventId` (`null` for a thread with no events).
 
@@ -16,7 +16,7 @@ use serde_json::Value;
 ///
 /// # Errors
 /// 400 for a bad thread id; 401/403 without a token allowing `subscribe` on the thread (when
-/// authentication is on, SPEC §8); 503 when the log backend does not answer, or when the fold
+/// authentication is on, PROTOCOL §8); 503 when the log backend does not answer, or when the fold
 /// cannot be rebuilt (log trimmed without a checkpoint).
 pub(super) async fn snapshot(
     State(state): State<AppState>,

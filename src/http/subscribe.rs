@@ -1,4 +1,4 @@
-//! `GET /v1/threads/{threadId}/events` (SPEC §2–§4): an SSE stream of the thread's events,
+//! `GET /v1/threads/{threadId}/events` (PROTOCOL §2–§4): an SSE stream of the thread's events,
 //! resumed with `Last-Event-ID` (header, or `?lastEventId=` for clients that cannot set
 //! headers; the header wins, since `EventSource` sends it on reconnect while the URL keeps the
 //! first id), or from the start with `?from=start`.
@@ -31,7 +31,7 @@ pub(super) struct SubscribeQuery {
     pub last_event_id: Option<String>,
     /// `start`: the retained log from its first event on.
     pub from: Option<String>,
-    /// A bearer token (RFC 6750 §2.3), for clients that cannot set `Authorization` (SPEC §8).
+    /// A bearer token (RFC 6750 §2.3), for clients that cannot set `Authorization` (PROTOCOL §8).
     #[serde(rename = "access_token")]
     pub access_token: Option<String>,
 }
@@ -95,7 +95,7 @@ pub(super) async fn subscribe(
     }
 }
 
-/// Checks a front-served subscribe's token (SPEC §8): [`AppState::authorize`] with the
+/// Checks a front-served subscribe's token (PROTOCOL §8): [`AppState::authorize`] with the
 /// request's `Authorization` and `Cookie` values and the query's `access_token`; the token's
 /// expiry, if any.
 ///
@@ -121,10 +121,10 @@ pub(crate) fn authorize_front(
     Ok(granted.and_then(|g| g.expires))
 }
 
-/// Opens a subscription (SPEC §2–§4), once its token was checked: checks the thread id and
+/// Opens a subscription (PROTOCOL §2–§4), once its token was checked: checks the thread id and
 /// the node's state, parses the resume point, registers with the hub and collects the frames
 /// the stream starts with. `header_id` is the raw `Last-Event-ID` header, if any; `expires`
-/// the token's expiry, when the stream ends (SPEC §8).
+/// the token's expiry, when the stream ends (PROTOCOL §8).
 ///
 /// # Errors
 /// 400 `invalid_thread_id`; 503 `draining` (with `Retry-After`).
@@ -155,7 +155,7 @@ pub(crate) async fn open(
             Ok(ResumeId::Event(id)) => Start::After(id),
             Ok(ResumeId::InsideBridge(id)) => Start::InsideBridge(id),
             Err(_) => {
-                // Never a 4xx for a bad id: a native EventSource would not retry (SPEC §4.3).
+                // Never a 4xx for a bad id: a native EventSource would not retry (PROTOCOL §4.3).
                 let shown: String = raw.chars().take(80).collect();
                 tracing::info!(%thread, id = %shown, "malformed Last-Event-ID; prelude at the head");
                 metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
@@ -229,7 +229,7 @@ pub(crate) async fn open(
     })
 }
 
-/// Headers of every event-stream response (SPEC §3), after the status line. `x-accel-buffering`
+/// Headers of every event-stream response (PROTOCOL §3), after the status line. `x-accel-buffering`
 /// keeps nginx-style proxies from buffering the stream.
 pub(crate) const SSE_HEADERS: [(&str, &str); 3] = [
     ("content-type", "text/event-stream"),

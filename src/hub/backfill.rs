@@ -1,4 +1,4 @@
-//! The backfill of an exact resume (SPEC §4.2): reads `(after, c]` from the log into the
+//! The backfill of an exact resume (PROTOCOL §4.2): reads `(after, c]` from the log into the
 //! connection's queue, `c` being the hub's cursor when the subscriber was registered, then
 //! hands the queue over to its live lane, which holds everything after `c`.
 //!

@@ -1,4 +1,4 @@
-//! Reset bridges (SPEC §5 "Reset"): what a reset queue gets when its writer comes back, the
+//! Reset bridges (PROTOCOL §5 "Reset"): what a reset queue gets when its writer comes back, the
 //! events that bring its client from what it was last given to the thread's fold at the
 //! newest id.
 //!

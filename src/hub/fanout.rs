@@ -1,7 +1,7 @@
 //! Following the log's tail: each event is parsed, folded and encoded once per node, and the
-//! shared frame is pushed into every subscriber's queue without waiting (SPEC §3, §7).
+//! shared frame is pushed into every subscriber's queue without waiting (PROTOCOL §3, §7).
 //!
-//! Slow subscribers (SPEC §5): a live push that does not fit is coalesced in the queue; if it
+//! Slow subscribers (PROTOCOL §5): a live push that does not fit is coalesced in the queue; if it
 //! still does not fit, the queue is reset: it drops what is pending and every later push
 //! until its writer comes back for more, and then gets a bridge (`bridge.rs`). A queue that
 //! cannot be reset is closed. A discontinuity of the tail resets every subscriber to the fold
@@ -50,7 +50,7 @@ impl Hub {
 
     /// The tail lost continuity. Trimmed past the tail in the same epoch (a tail that fell
     /// behind retention): rebuild the fold at the log's head and reset every subscriber to it
-    /// with a bridge (SPEC §5), as for a slow subscriber. Otherwise (a recreated log), or when
+    /// with a bridge (PROTOCOL §5), as for a slow subscriber. Otherwise (a recreated log), or when
     /// no bridge can be built: end the thread's streams; clients come back with their last id
     /// and get a prelude.
     async fn discontinuity(&self, thread: &ThreadId, head: LogHead, reason: ResumeGap) {

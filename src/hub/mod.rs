@@ -3,10 +3,10 @@
 //! into every subscriber's bounded queue without ever waiting for a client.
 //!
 //! Data path position: `log` → **`hub`** → `queue`. The hub follows a thread through the
-//! log's node-wide [`Tail`] while it has local subscribers (SPEC §7: a node reads a thread's
+//! log's node-wide [`Tail`] while it has local subscribers (PROTOCOL §7: a node reads a thread's
 //! log once, however many subscribers follow it), and folds what it fans out into the
 //! thread's [`ThreadFold`], so that it can start a client anywhere with a prelude and reset a
-//! lagging one with a bridge (SPEC §5).
+//! lagging one with a bridge (PROTOCOL §5).
 //!
 //! One file per job:
 //! - `mod.rs`: the [`Hub`] registry, the per-thread state and its lock, the drain at shutdown;
@@ -140,7 +140,7 @@ impl Hub {
         self.shared.threads.len()
     }
 
-    /// Ends every open stream of this node within `drain` (SIGTERM, SPEC §9): the queues are
+    /// Ends every open stream of this node within `drain` (SIGTERM, PROTOCOL §9): the queues are
     /// closed in random order, evenly spread over the period, so that clients do not all
     /// reconnect at the same moment; each writer then sends a jittered `retry:` and ends its
     /// stream. A subscriber registered after the list was taken (its subscribe started before

@@ -1,4 +1,4 @@
-//! The thread's fold as JSON for `GET /v1/threads/{threadId}/snapshot` (SPEC §2): from the
+//! The thread's fold as JSON for `GET /v1/threads/{threadId}/snapshot` (PROTOCOL §2): from the
 //! hub's fold when the thread is followed here, else rebuilt from the log.
 
 use super::Hub;
@@ -9,7 +9,7 @@ use crate::log::{Epoch, EventId, LogError, StreamPos};
 use serde_json::Value;
 
 impl Hub {
-    /// The thread's fold as `{"lastEventId","state","messages","run"}` (SPEC §2 snapshot), from
+    /// The thread's fold as `{"lastEventId","state","messages","run"}` (PROTOCOL §2 snapshot), from
     /// the hub's fold when the thread is followed here, else rebuilt from the log.
     ///
     /// # Errors
@@ -33,7 +33,7 @@ impl Hub {
 fn snapshot_json(fold: &ThreadFold, epoch: Epoch, pos: StreamPos) -> Value {
     let last = (pos != StreamPos::ZERO).then(|| EventId { epoch, pos }.to_string());
     let mut run = fold.fold().run().map(|r| r.to_json());
-    // A fold rebuilt from a checkpoint (a prelude, SPEC §6) holds the prelude's marked
+    // A fold rebuilt from a checkpoint (a prelude, PROTOCOL §6) holds the prelude's marked
     // `RUN_STARTED`: the snapshot gives the producer's event, as for an untrimmed thread.
     if let Some(started) = run.as_mut().and_then(|r| r.get_mut("started")) {
         prelude::unmark_prelude(started);

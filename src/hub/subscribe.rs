@@ -1,15 +1,15 @@
-//! Registering a subscriber of a thread (SPEC §4): where its stream starts (an exact resume
+//! Registering a subscriber of a thread (PROTOCOL §4): where its stream starts (an exact resume
 //! with a backfill, or a prelude of the fold at the hub's cursor), and unregistering it when
 //! its stream ends.
 //!
-//! Exact resume (SPEC §4.2): a subscriber is registered under the thread's lock together with
+//! Exact resume (PROTOCOL §4.2): a subscriber is registered under the thread's lock together with
 //! the hub's cursor `c` (the last position fanned out). Everything after `c` reaches its live
 //! lane; its backfill reads `(after, c]` from the log (`backfill.rs`). The queue skips
 //! anything at or before the last position written, so the hand-over has no gap and no
 //! duplicate, whatever producers do meanwhile.
 //!
 //! A new connection, or a `Last-Event-ID` that cannot be resumed exactly, gets a prelude of
-//! the fold at `c`, built under the same lock (SPEC §4.3, §4.4).
+//! the fold at `c`, built under the same lock (PROTOCOL §4.3, §4.4).
 
 use super::bridge::Bridges;
 use super::{Hub, ThreadHub};
@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Where a new subscription starts (SPEC §2, §4).
+/// Where a new subscription starts (PROTOCOL §2, §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
     /// At the head of the log: only events appended from now on.

@@ -2,7 +2,7 @@
 //! installed. One node only; everything is lost on restart (each thread then gets a new
 //! epoch, so old ids are never mistaken for new positions).
 //!
-//! Retention (SPEC §6, [`Retention`]) has the Redis backend's semantics: checkpoint
+//! Retention (PROTOCOL §6, [`Retention`]) has the Redis backend's semantics: checkpoint
 //! candidates become pending, the next one promotes the pending checkpoint and trims every
 //! entry at or before it; the count cap is `max_events`, or `4 * max_events` once the thread
 //! uses checkpoints (trimming here is exact, where Redis' `MAXLEN ~` is approximate);
@@ -177,7 +177,7 @@ impl ThreadInner {
         let in_use = self.checkpoint.is_some() || self.pending.is_some();
         let cap = retention.cap(in_use);
         if in_use {
-            // Never trim past the newest checkpoint (the fold must stay rebuildable, SPEC §6):
+            // Never trim past the newest checkpoint (the fold must stay rebuildable, PROTOCOL §6):
             // over the safety cap, the pending checkpoint is promoted early instead.
             if cap > 0
                 && self.entries.len() > cap

@@ -1,10 +1,10 @@
-//! The per-thread, totally ordered event log (SPEC §1, §4, §6), behind one trait with two
+//! The per-thread, totally ordered event log (PROTOCOL §1, §4, §6), behind one trait with two
 //! backends: [`memory`] (embedded default, one node) and [`redis`] (Redis Streams, many nodes).
 //!
 //! Data path position: `event` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
 //! offers two ways out: [`EventLog::read`] (pages, read when a subscriber resumes) and a
 //! node-wide [`Tail`] that follows every thread with local subscribers and reads each of them
-//! **once** per node, whatever the number of subscribers (SPEC §7).
+//! **once** per node, whatever the number of subscribers (PROTOCOL §7).
 //!
 //! This file owns what both backends share: the ids, the trait (whose provided
 //! [`EventLog::append`] and [`EventLog::append_if`] go through each backend's
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 ///
 /// If a thread's log is lost and recreated (Redis flushed, failover without the data, idle
 /// expiry), it gets a new epoch, so ids of the old log are never taken for positions in the
-/// new one (SPEC §1).
+/// new one (PROTOCOL §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Epoch(pub u32);
 
@@ -104,7 +104,7 @@ fn parse_decimal(s: &str) -> Result<u64, IdParseError> {
 
 /// The SSE `id:` of an event: `<epoch as 8 hex digits>-<ms>-<seq>`, e.g. `0a1b2c3d-1764500000000-0`.
 ///
-/// Opaque to clients; strictly increasing within a thread's epoch (SPEC §1, §3).
+/// Opaque to clients; strictly increasing within a thread's epoch (PROTOCOL §1, §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventId {
     /// The log epoch the id belongs to.
@@ -136,9 +136,9 @@ impl FromStr for EventId {
     }
 }
 
-/// A `Last-Event-ID` as the broker hands it out and gets it back (SPEC §3, §4, §5).
+/// A `Last-Event-ID` as the broker hands it out and gets it back (PROTOCOL §3, §4, §5).
 ///
-/// Besides event ids, the first event of a reset bridge (SPEC §5 "Reset", built by the hub)
+/// Besides event ids, the first event of a reset bridge (PROTOCOL §5 "Reset", built by the hub)
 /// carries `<event id>-bridge`, where `<event id>` is the last id the connection was given
 /// before the bridge. A client cut off inside the bridge has applied an unknown part of it,
 /// so it cannot be resumed exactly: it comes back with this id and gets a prelude. The mark
@@ -209,7 +209,7 @@ pub struct LogHead {
 }
 
 impl LogHead {
-    /// True when the retained log still holds the thread's first event (SPEC §2 `?from=start`).
+    /// True when the retained log still holds the thread's first event (PROTOCOL §2 `?from=start`).
     pub fn complete_from_start(&self) -> bool {
         self.max_deleted == StreamPos::ZERO
     }
@@ -223,7 +223,7 @@ impl LogHead {
     }
 }
 
-/// How much of each thread's log is retained (SPEC §6).
+/// How much of each thread's log is retained (PROTOCOL §6).
 ///
 /// Two ways of trimming work together:
 ///
@@ -307,7 +307,7 @@ impl Default for Retention {
     }
 }
 
-/// A thread's checkpoint (SPEC §6): its fold at `pos`, restated as AG-UI events.
+/// A thread's checkpoint (PROTOCOL §6): its fold at `pos`, restated as AG-UI events.
 ///
 /// `events` is an opaque JSON array of AG-UI events (the prelude of the thread's fold at
 /// `pos`, `crate::fold::prelude::prelude`); the log stores and returns it byte for byte and never
@@ -323,7 +323,7 @@ pub struct Checkpoint {
     pub events: Bytes,
 }
 
-/// Why an id cannot be resumed exactly (each case gets a prelude in SPEC §4.3; counted).
+/// Why an id cannot be resumed exactly (each case gets a prelude in PROTOCOL §4.3; counted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResumeGap {
     /// The id belongs to another epoch of the thread's log.
@@ -398,7 +398,7 @@ pub struct AppendExtras {
     /// that far apart.
     pub candidate_min_gap: u64,
     /// The producer's number of the batch's last event, recorded so that a retried batch is
-    /// recognised (SPEC §2 idempotent retries).
+    /// recognised (PROTOCOL §2 idempotent retries).
     pub producer: Option<ProducerMark>,
 }
 
@@ -495,7 +495,7 @@ pub trait EventLog: Send + Sync + 'static {
     /// `expected` (compare-and-append): the caller checked the batch against the thread's fold
     /// at that position, so an append on top of anything else could break the order rules.
     ///
-    /// `candidate` (retention, SPEC §6; see [`Retention`]): the thread's fold after this batch,
+    /// `candidate` (retention, PROTOCOL §6; see [`Retention`]): the thread's fold after this batch,
     /// as a [`Checkpoint::events`] JSON array. When given and the batch is not empty, in the
     /// same atomic step as the append: a pending checkpoint stored earlier is promoted to the
     /// thread's [`Checkpoint`] and every entry at or before its position is trimmed (exactly),
@@ -516,7 +516,7 @@ pub trait EventLog: Send + Sync + 'static {
             .await
     }
 
-    /// The last event number appended for `producer` on this thread (SPEC §2 idempotent
+    /// The last event number appended for `producer` on this thread (PROTOCOL §2 idempotent
     /// retries, `X-Producer-Id` / `X-Producer-Seq`); `0` when none in the current epoch.
     ///
     /// # Errors
@@ -551,7 +551,7 @@ pub trait EventLog: Send + Sync + 'static {
     /// [`LogError::Unavailable`] when the backend cannot be reached.
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError>;
 
-    /// Answers when the backend is reachable (readiness, SPEC §2 `/readyz`).
+    /// Answers when the backend is reachable (readiness, PROTOCOL §2 `/readyz`).
     ///
     /// # Errors
     /// [`LogError::Unavailable`] otherwise.

@@ -1,4 +1,4 @@
-//! Coalescing of a lagging subscriber's pending events (SPEC §5 "Coalescing", AGUI.md §6
+//! Coalescing of a lagging subscriber's pending events (PROTOCOL §5 "Coalescing", AGUI.md §6
 //! "Coalescing caveat" and §9.5). Pure functions over frames; the queue calls them when a
 //! connection is behind (more than one frame pending at a write, or its queue is full).
 //!

@@ -56,7 +56,7 @@ impl Frame {
     }
 
     /// Several synthesised events (a prelude or a reset bridge) as one frame: every event is
-    /// its own SSE event, and only the last carries `id` (SPEC §5: a client cut off inside
+    /// its own SSE event, and only the last carries `id` (PROTOCOL §5: a client cut off inside
     /// resumes from where it was before). `view` is the order state after the last event.
     /// `events` must not be empty.
     pub fn synthesised(
@@ -68,7 +68,7 @@ impl Frame {
         Self::synthesised_from(None, id, events, born, view)
     }
 
-    /// A reset bridge (SPEC §5 "Reset") as one frame: like [`Frame::synthesised`], and when
+    /// A reset bridge (PROTOCOL §5 "Reset") as one frame: like [`Frame::synthesised`], and when
     /// the bridge has more than one event its first event also carries
     /// [`ResumeId::InsideBridge`]`(after)`, `after` being the last id the connection was
     /// given before the bridge. A client cut off inside the bridge has applied part of it and

@@ -1,5 +1,5 @@
 //! The per-connection bounded queue between the hub and a subscriber's stream writer
-//! (SPEC §5).
+//! (PROTOCOL §5).
 //!
 //! Data path position: `hub` → **`queue`** → `stream`. Two lanes:
 //! - the **backfill lane**, filled by the hub's backfill of a resume with the log pages it
@@ -217,7 +217,7 @@ impl ConnQueue {
 
     /// Appends frames to the live lane without waiting, or writes a single frame to the socket
     /// at once (see [`ConnQueue::attach_sink`]). When they do not fit, the lane is coalesced
-    /// first (SPEC §5: a subscriber that is behind gets its pending deltas merged).
+    /// first (PROTOCOL §5: a subscriber that is behind gets its pending deltas merged).
     ///
     /// A frame written at once is not counted in `agui_publish_to_write_seconds` here: the
     /// caller counts its [`Pushed::Written`] pushes in groups (one clock read per group).
@@ -346,7 +346,7 @@ impl ConnQueue {
 
     /// Pending frames at which a write counts as "behind" and is coalesced: half of
     /// `max_events` (at least 2). A batch published at once is not a lagging subscriber: a
-    /// subscriber that keeps up gets every event as published (SPEC §5).
+    /// subscriber that keeps up gets every event as published (PROTOCOL §5).
     fn coalesce_from(&self) -> usize {
         (self.limits.max_events / 2).max(2)
     }
@@ -451,7 +451,7 @@ impl ConnQueue {
             return Some(Drained::Frames(f.bytes));
         }
         if taken.len() >= self.coalesce_from() {
-            // Behind: what piled up goes out merged (SPEC §5).
+            // Behind: what piled up goes out merged (PROTOCOL §5).
             count_coalesced(coalesce(&mut taken, apply_patch));
         }
         let oldest = taken.first()?.born;

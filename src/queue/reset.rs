@@ -1,4 +1,4 @@
-//! The slow-consumer reset (SPEC §5 "Reset"): a connection whose live lane overflowed drops
+//! The slow-consumer reset (PROTOCOL §5 "Reset"): a connection whose live lane overflowed drops
 //! what is pending and every later push, and gets one bridge, built when its writer comes back
 //! for more, from what the client was last given to the thread's fold at the newest id.
 
@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Builds a reset bridge on demand (SPEC §5 "Reset"); the hub implements it for each
+/// Builds a reset bridge on demand (PROTOCOL §5 "Reset"); the hub implements it for each
 /// subscriber of a thread.
 ///
 /// A reset is lazy: on overflow the hub only marks the queue ([`ConnQueue::begin_reset`]),
@@ -33,7 +33,7 @@ impl ConnQueue {
         self.inner.lock().bridges = Some(bridges);
     }
 
-    /// Starts a snapshot-and-reset (SPEC §5 "Reset"): drops everything pending in the live lane
+    /// Starts a snapshot-and-reset (PROTOCOL §5 "Reset"): drops everything pending in the live lane
     /// and every later push, until the writer comes back and has the bridge built (see
     /// [`BridgeSource`]). Returns `false` (and changes nothing) when no reset is possible: the
     /// client's view is unknown (a backfill is still being written), the queue has no

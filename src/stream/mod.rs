@@ -34,7 +34,7 @@ pub struct StreamSettings {
     /// Longest wait for the socket to accept a byte before the stream is given up (streams
     /// written to the raw socket, [`write_socket`]).
     pub write_timeout: Duration,
-    /// When the stream ends by itself: its token's expiry (SPEC §8). The client reconnects
+    /// When the stream ends by itself: its token's expiry (PROTOCOL §8). The client reconnects
     /// with its `Last-Event-ID` (and a fresh token); the last frame is [`EXPIRED`].
     pub ends_at: Option<tokio::time::Instant>,
 }
@@ -44,7 +44,7 @@ pub const EXPIRED: &[u8] = b": agui-fanout: token expired\n\n";
 
 impl StreamSettings {
     /// The last words of a stream whose queue was closed for `reason`: the jittered `retry:`
-    /// of a drain (SPEC §9), or a comment naming the cause.
+    /// of a drain (PROTOCOL §9), or a comment naming the cause.
     fn final_frame(&self, reason: CloseReason) -> Option<Bytes> {
         if reason == CloseReason::Shutdown {
             let jitter = rand::random_range(0..=self.retry_ms.max(1) * 4);

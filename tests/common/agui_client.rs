@@ -1,11 +1,11 @@
-//! The real `@ag-ui/client` 1.0.0 as the judge of what the broker sends (SPEC §4.5), through
+//! The real `@ag-ui/client` 1.0.0 as the judge of what the broker sends (PROTOCOL §4.5), through
 //! `tests/node/agui-fold.mjs`, and the building blocks of the conformance scenarios:
 //!
 //! - [`run_cases`]: plays raw SSE bodies through the client's whole pipeline (transport parse →
 //!   compat → enforce → `transformChunks` → `verifyEvents` → `defaultApplyEvents`) and returns
 //!   whether each case passed and what it folded to;
 //! - [`client_case`]: turns the raw bodies of one client's successive connections into what the
-//!   client has to accept, split into streams the way SPEC §4.5 says;
+//!   client has to accept, split into streams the way PROTOCOL §4.5 says;
 //! - [`Publisher`], [`spawn_reader`], [`read_until`], [`read_log`]: publish a source one event per
 //!   POST (refused events skipped and noted) and keep what subscribers receive byte for byte;
 //! - [`Source`], [`recorded_sources`], [`conformance_sources`]: the recorded streams and the
@@ -139,7 +139,7 @@ pub fn body_events(body: &str) -> Vec<Value> {
 }
 
 /// True for the first event of a prelude or bridge: a `RUN_STARTED` whose metadata holds
-/// `{"agui-fanout": {"prelude": true}}` (SPEC §5).
+/// `{"agui-fanout": {"prelude": true}}` (PROTOCOL §5).
 pub fn is_prelude_start(event: &Value) -> bool {
     event["type"] == "RUN_STARTED" && event["metadata"]["agui-fanout"]["prelude"] == true
 }
@@ -153,7 +153,7 @@ pub fn complete_frames(body: &str) -> &str {
     }
 }
 
-/// The streams one client's successive connections make for `verifyEvents` (SPEC §4.5): a
+/// The streams one client's successive connections make for `verifyEvents` (PROTOCOL §4.5): a
 /// connection that begins with a prelude starts a new stream (it has to pass on its own); any
 /// other connection resumed exactly and continues the previous stream (their concatenation has
 /// to pass as one stream). The first connection always starts a stream. Each body is cut after

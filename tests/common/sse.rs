@@ -1,4 +1,4 @@
-//! The tests' one SSE wire parser, strict to what the broker emits (SPEC §3; WHATWG HTML §9.2
+//! The tests' one SSE wire parser, strict to what the broker emits (PROTOCOL §3; WHATWG HTML §9.2
 //! event stream format): UTF-8, LF line ends only (a CR anywhere is an error), frames ended by
 //! a blank line, and only the lines the broker writes: `id:`, one `data:`, `retry:` and
 //! comments (`:`). One optional space after the colon is removed, as §9.2 prescribes.

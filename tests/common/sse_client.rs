@@ -1,5 +1,5 @@
 //! A test SSE client: reqwest for HTTP, the tests' one strict wire parser ([`super::sse`]) for
-//! frames, so every frame read also checks the wire rules of SPEC §3 (LF only, the broker's
+//! frames, so every frame read also checks the wire rules of PROTOCOL §3 (LF only, the broker's
 //! fields only).
 
 use super::sse::{parse_frame, split_frame};

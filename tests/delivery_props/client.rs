@@ -412,7 +412,7 @@ impl Client {
             stats.coalesced_snapshots += 1;
         }
         if len > original_bytes && ty == "STATE_SNAPSHOT" {
-            // SPEC §5 turns a run of deltas with a failing one into a snapshot of the whole
+            // PROTOCOL §5 turns a run of deltas with a failing one into a snapshot of the whole
             // folded state, which can outgrow the deltas (see
             // `a_failing_delta_run_coalesces_into_a_snapshot_larger_than_its_deltas`). Its
             // content is checked by the fold comparison.
@@ -468,7 +468,7 @@ impl Client {
                             stats.closes_overflow_after_coalesced += 1;
                         }
                         if self.conn_prelude && !sub.queue.bridge_pending() {
-                            // (d) SPEC §5: a full queue is reset to a bridge; the hub knows
+                            // (d) PROTOCOL §5: a full queue is reset to a bridge; the hub knows
                             // the view of a connection that began with a prelude. (A client
                             // that has not taken its previous bridge is stalled: the hub
                             // disconnects it.)

@@ -1,6 +1,6 @@
 //! Property tests of the whole delivery path, in process (no sockets): a [`MemoryLog`],
 //! [`Ingest`] (order validation, checkpoint candidates), [`Hub::start`] and subscriptions
-//! drained by hand at random moments, against SPEC §4.5 and §5.
+//! drained by hand at random moments, against PROTOCOL §4.5 and §5.
 //!
 //! Each case generates a valid AG-UI thread (several runs; interleaved text messages, tool
 //! calls with arguments and results, reasoning spans and messages, steps, state snapshots and
@@ -25,11 +25,11 @@
 //! - (c) after every publish step, each connection's live lane holds at most `max_events`
 //!   frames and `max_bytes` bytes plus one bridge;
 //! - (d) a connection that began with a prelude is not closed for overflow: its full queue
-//!   is reset to a bridge (SPEC §5; the hub knows such a connection's view), unless the
+//!   is reset to a bridge (PROTOCOL §5; the hub knows such a connection's view), unless the
 //!   client has not even taken its previous bridge (stalled: the hub disconnects it).
 //!
 //! A coalesced `STATE_SNAPSHOT` (a run of deltas with a failing one) is exempt from the byte
-//! bound of (b): SPEC §5 prescribes it and it can outgrow the deltas (ignored test
+//! bound of (b): PROTOCOL §5 prescribes it and it can outgrow the deltas (ignored test
 //! `a_failing_delta_run_coalesces_into_a_snapshot_larger_than_its_deltas`).
 //!
 //! Layout: [`generator`] draws the cases, [`client`] simulates one subscriber and checks what it

@@ -93,7 +93,7 @@ fn content(delta: &str) -> Value {
     json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": delta})
 }
 
-/// SPEC §2: `?from=start` replays the retained log from its first event only "when the log is
+/// PROTOCOL §2: `?from=start` replays the retained log from its first event only "when the log is
 /// complete from the thread's beginning (otherwise it behaves as no id)", i.e. a prelude at the
 /// head (§4.4).
 ///
@@ -153,7 +153,7 @@ fn from_start_on_a_thread_trimmed_while_followed_begins_with_a_prelude() {
     });
 }
 
-/// SPEC §6: "A checkpoint of the fold is kept with the log so a prelude can always be built,
+/// PROTOCOL §6: "A checkpoint of the fold is kept with the log so a prelude can always be built,
 /// however much was trimmed."
 ///
 /// Found by the property (`the hub does not know the thread's fold` for a subscriber joining
@@ -164,7 +164,7 @@ fn from_start_on_a_thread_trimmed_while_followed_begins_with_a_prelude() {
 /// gives up), so a new subscriber gets no prelude (it starts live, mid-run) and, after a
 /// restart, publishes go unchecked. First found with one large strict batch (> ~3 ×
 /// `max_events`, which the working tree now refuses: batches are capped at 2 ×
-/// `max_events`); still reachable, as here, when events appended to the log directly (SPEC
+/// `max_events`); still reachable, as here, when events appended to the log directly (PROTOCOL
 /// §2 allows producers to write to the stream) come between the publish path's checkpoint
 /// candidates, which count only its own events. Memory backend shown; the Redis script
 /// follows the same rules.
@@ -212,7 +212,7 @@ fn direct_appends_between_checkpoints_keep_the_fold_rebuildable() {
     });
 }
 
-/// SPEC §5 "Reset (queue still full): the queue is dropped and replaced by a bridge ...".
+/// PROTOCOL §5 "Reset (queue still full): the queue is dropped and replaced by a bridge ...".
 ///
 /// Found by the property (an `overflow` close of a connection that began with a prelude,
 /// whose view the hub always knows). Cause: a full live lane is coalesced in place
@@ -263,18 +263,18 @@ fn an_overflow_after_a_coalesced_write_resets_the_queue() {
                 let evs = events_of(&b);
                 assert_eq!(evs[0]["type"], "MESSAGES_SNAPSHOT", "a bridge: {evs:?}");
             }
-            other => panic!("SPEC §5: the queue must be reset to a bridge, got {other:?}"),
+            other => panic!("PROTOCOL §5: the queue must be reset to a bridge, got {other:?}"),
         }
     });
 }
 
-/// Property (b) does not hold for one case SPEC §5 prescribes: a run of `STATE_DELTA`s with
+/// Property (b) does not hold for one case PROTOCOL §5 prescribes: a run of `STATE_DELTA`s with
 /// a failing one becomes one `STATE_SNAPSHOT` of the whole folded state, which is larger than
 /// the deltas when the state is. Ignored: the behaviour is the spec's; run it with
 /// `--ignored` to see the figures. (A coalescer could leave such a run as it is when the
 /// snapshot would be larger: the spec does not require merging.)
 #[test]
-#[ignore = "SPEC §5 prescribes the snapshot; it can outgrow the deltas it replaces"]
+#[ignore = "PROTOCOL §5 prescribes the snapshot; it can outgrow the deltas it replaces"]
 fn a_failing_delta_run_coalesces_into_a_snapshot_larger_than_its_deltas() {
     let big = json!({"doc": "x".repeat(1000)});
     let born = Instant::now();

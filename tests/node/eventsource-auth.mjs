@@ -1,4 +1,4 @@
-// Real-client authentication test (SPEC §8): the npm `eventsource` package (a WHATWG-compliant
+// Real-client authentication test (PROTOCOL §8): the npm `eventsource` package (a WHATWG-compliant
 // EventSource for Node) with its token in `?access_token=`, as a browser's native EventSource
 // must carry it.
 //

@@ -1,7 +1,7 @@
 // Real-client resume test: the npm `eventsource` package (a WHATWG-compliant EventSource for
 // Node) follows a thread through a TCP proxy that cuts the connection mid-stream several times.
 // The EventSource must reconnect by itself with `Last-Event-ID` and end up with every event
-// exactly once, in order (SPEC §4.1, §4.2).
+// exactly once, in order (PROTOCOL §4.1, §4.2).
 //
 // Usage: node tests/node/eventsource-resume.mjs <broker base URL> <thread id> [events]
 //
@@ -32,7 +32,7 @@ function fail(message) {
 
 // ---------------------------------------------------------------------------------------------
 // The events: RUN_STARTED, CUSTOM × (TOTAL - 2) numbered by `value.seq`, RUN_FINISHED: a valid
-// AG-UI run whose events never coalesce (SPEC §5 only merges content and state deltas).
+// AG-UI run whose events never coalesce (PROTOCOL §5 only merges content and state deltas).
 
 const runId = `run-${Date.now()}`;
 const events = [];

@@ -170,7 +170,7 @@ impl OpenLane {
     /// (and, through the synthesised START, the message or tool call in `verifyEvents`), so
     /// that later id-less continuation chunks keep assembling into it. It names the id, the
     /// established fields (`role`, `name`, `toolCallName`, `parentMessageId`) and the lane's
-    /// `subagentRunId`. Meant for preludes (SPEC §5): a plain `TEXT_MESSAGE_START` would
+    /// `subagentRunId`. Meant for preludes (PROTOCOL §5): a plain `TEXT_MESSAGE_START` would
     /// re-open the message but not the lane, and the next id-less chunk would then be fatal.
     pub fn reopening_chunk(&self) -> Value {
         let mut chunk = Map::new();

@@ -1,9 +1,9 @@
 //! AG-UI event-order rules: the client pipeline's `transformChunks` → `verifyEvents` on one
-//! stream, as `@ag-ui/client` 1.0.0 runs them (SPEC §2 "Order validation", AGUI.md §5).
+//! stream, as `@ag-ui/client` 1.0.0 runs them (PROTOCOL §2 "Order validation", AGUI.md §5).
 //!
 //! - [`rule`]: the stable rule codes and [`OrderViolation`] (a leaf the others import).
 //! - `open`: what is still open ([`OpenConstructs`]) and the run's lifecycle
-//!   ([`RunLifecycle`]): the input of a prelude (SPEC §5).
+//!   ([`RunLifecycle`]): the input of a prelude (PROTOCOL §5).
 //! - `verify`: [`OrderVerifier`], the mirror of `verifyEvents`.
 //! - `chunks`: [`ChunkExpander`], the mirror of `transformChunks`.
 //! - here: [`OrderChecker`], both stages on one stream, transactional per event: what the

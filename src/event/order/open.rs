@@ -1,6 +1,6 @@
 //! The open-construct model: what `verifyEvents` holds open (text messages, tool calls,
 //! reasoning spans and messages, steps, subagents), each with the event that opened it, and
-//! the run's lifecycle with its original events: the input of a prelude (SPEC §5). Also the
+//! the run's lifecycle with its original events: the input of a prelude (PROTOCOL §5). Also the
 //! table of the four streamed constructs (opened by a START, continued, closed by an END)
 //! that the verifier and the chunk expander share.
 
@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub(super) type Owner = Option<Arc<str>>;
 
 /// Where the thread's current run stands, with the original events (shared, cheap to
-/// clone) a prelude restates (SPEC §5).
+/// clone) a prelude restates (PROTOCOL §5).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum RunLifecycle {
     /// No run yet (empty stream).

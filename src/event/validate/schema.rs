@@ -3,7 +3,7 @@
 //! `schema.json`; RFC 6901 pointers and RFC 6902 operations for the JSON Patch fields).
 //!
 //! Nothing here runs: `validate` walks these tables. Objects are open: a member a table does
-//! not name is neither checked nor removed (SPEC §2 keeps every producer field).
+//! not name is neither checked nor removed (PROTOCOL §2 keeps every producer field).
 
 use crate::event::EventType;
 
@@ -143,7 +143,7 @@ const VALUE_AT_PATH: &Shape = &[&[req("path", Kind::Pointer), req("value", Kind:
 const AT_PATH: &Shape = &[&[req("path", Kind::Pointer)]];
 const FROM_TO_PATH: &Shape = &[&[req("from", Kind::Pointer), req("path", Kind::Pointer)]];
 
-/// One RFC 6902 operation. Closed on `op`: SPEC §2 refuses an unknown operation even though
+/// One RFC 6902 operation. Closed on `op`: PROTOCOL §2 refuses an unknown operation even though
 /// the 1.0 client would only drop it. Open otherwise: extra members are kept (conformance
 /// fixture `open-object-patch-op-extras`).
 const PATCH_OPERATION: Union = Union {

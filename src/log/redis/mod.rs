@@ -1,6 +1,7 @@
-//! The `redis` log backend: thread logs as Redis Streams, shared by every node (SPEC §1, §4, §7).
+//! The `redis` log backend: thread logs as Redis Streams, shared by every node
+//! (PROTOCOL §1, §4, §7).
 //!
-//! # Key and entry format (for producers that write to Redis directly, SPEC §2)
+//! # Key and entry format (for producers that write to Redis directly, PROTOCOL §2)
 //!
 //! With the default prefix `agui`, thread `<threadId>` owns three keys in one hash slot (the
 //! `{threadId}` hash tag, so Redis Cluster keeps them together):
@@ -12,7 +13,7 @@
 //! - `agui:{<threadId>}:meta`: a hash; field `epoch` is the log's epoch as 8 lowercase hex
 //!   digits; field `seen` (`1`) records that the stream existed under this epoch, so a stream
 //!   deleted on its own (its meta surviving) still gets a new epoch.
-//! - `agui:{<threadId>}:ckpt`: a hash, the thread's checkpoints (SPEC §6, written by the
+//! - `agui:{<threadId>}:ckpt`: a hash, the thread's checkpoints (PROTOCOL §6, written by the
 //!   broker only): `pos` (entry ID), `events` (JSON array of AG-UI events, the thread's fold
 //!   at `pos` restated) and `ord` (the stream's `entries-added` when the `pos` entry was
 //!   added) for the promoted checkpoint; `next_pos`, `next_events`, `next_ord` for the

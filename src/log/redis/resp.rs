@@ -1,5 +1,5 @@
 //! Decoding of the Redis backend's replies (RESP2 or RESP3 [`Value`]s): the scripts' heads
-//! and pages, `XRANGE`/`XREAD` entries, and the validation of stored entries (SPEC §2: direct
+//! and pages, `XRANGE`/`XREAD` entries, and the validation of stored entries (PROTOCOL §2: direct
 //! producers' entries are checked like a publish).
 
 use crate::event::{ThreadId, validate_event};
@@ -16,7 +16,7 @@ pub(super) struct RawEntry {
     pub data: Option<Bytes>,
 }
 
-/// Validates raw entries of `thread` (SPEC §2: producers may write directly): an entry without
+/// Validates raw entries of `thread` (PROTOCOL §2: producers may write directly): an entry without
 /// `e`, or whose `e` is not a valid AG-UI event of this thread, is logged, counted and skipped.
 pub(super) fn decode_entries(thread: &ThreadId, epoch: Epoch, raw: Vec<RawEntry>) -> Vec<LogEntry> {
     raw.into_iter()

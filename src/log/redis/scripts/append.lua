@@ -72,7 +72,7 @@ end
 local candidate = ARGV[6] ~= '-'
 local cap = ARGV[2]
 -- With checkpoints in use, MAXLEN never trims: past the safety cap [3] the pending
--- checkpoint is promoted instead (below), so the fold stays rebuildable (SPEC §6).
+-- checkpoint is promoted instead (below), so the fold stays rebuildable (PROTOCOL §6).
 local in_use = candidate or redis.call('EXISTS', KEYS[3]) == 1
 if in_use then
   cap = '0'
