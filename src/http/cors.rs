@@ -1,8 +1,8 @@
 //! CORS, the Fetch standard's CORS protocol (<https://fetch.spec.whatwg.org/#http-cors-protocol>),
 //! for browsers on other origins (PROTOCOL §8): `tower-http`'s `CorsLayer` on the router
-//! (preflights and every response hyper serves), and [`stream_headers`], which asks that same layer for the
-//! headers of the event streams the connection front writes itself (`http::conn`), so both
-//! paths answer alike.
+//! (preflights and every response hyper serves), and [`stream_headers`], which asks that same
+//! layer for the headers of the event streams the connection front writes itself
+//! (`http::conn`), so both paths answer alike.
 //!
 //! Allowed request headers (preflight): `Authorization`, `Content-Type`, `Last-Event-ID`,
 //! `X-Producer-Id`, `X-Producer-Seq`; methods `GET` and `POST`. Responses carry
