@@ -6,13 +6,16 @@
 //! `docs/PROTOCOL.md`; the internals are described in `docs/ARCHITECTURE.md`.
 //!
 //! # Layout
-//! The data path runs one way, one module per stage:
+//! The data path runs one way, one module per stage, each importing only the ones below it
+//! (checked by `tests/layout.rs`; the files an event crosses are listed in order in
+//! `docs/ARCHITECTURE.md`):
 //!
-//! - [`http`]: the router: publish, subscribe, health, metrics; JSON errors.
-//! - [`event`]: the AG-UI 1.0 event model and schema validation.
-//! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run status).
+//! - [`http`]: the router: publish, subscribe, snapshot, health, metrics; JSON errors; auth.
+//! - [`ingest`]: the publish pipeline: order checks, compare-and-append, checkpoints.
+//! - [`event`]: the AG-UI 1.0 event model, schema validation and the client's order rules.
 //! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
-//! - [`hub`]: one reader per thread per node, fan-out of encoded frames into queues.
+//! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run), preludes.
+//! - [`hub`]: one reader per thread per node; fan-out of frames encoded once into queues.
 //! - [`queue`]: the per-connection bounded queue (frames, coalescing, reset).
 //! - [`stream`]: the subscriber's writers (hyper body, direct socket) that drain the queue.
 //! - [`sse`]: the SSE wire encoding (a leaf).
