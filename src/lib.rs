@@ -6,18 +6,18 @@
 //! `docs/PROTOCOL.md`; the internals are described in `docs/ARCHITECTURE.md`.
 //!
 //! # Layout
-//! The data path runs one way, one module per stage, each importing only the ones below it
+//! One module per stage of the data path, listed top down; each imports only modules below it
 //! (checked by `tests/layout.rs`; the files an event crosses are listed in order in
 //! `docs/ARCHITECTURE.md`):
 //!
 //! - [`http`]: the router: publish, subscribe, snapshot, health, metrics; JSON errors; auth.
+//! - [`stream`]: the subscriber's writers (hyper body, direct socket) that drain the queue.
 //! - [`ingest`]: the publish pipeline: order checks, compare-and-append, checkpoints.
-//! - [`event`]: the AG-UI 1.0 event model, schema validation and the client's order rules.
-//! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
-//! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run), preludes.
 //! - [`hub`]: one reader per thread per node; fan-out of frames encoded once into queues.
 //! - [`queue`]: the per-connection bounded queue (frames, coalescing, reset).
-//! - [`stream`]: the subscriber's writers (hyper body, direct socket) that drain the queue.
+//! - [`fold`]: the AG-UI client reducer (state by JSON Patch, messages, run), preludes.
+//! - [`log`]: the per-thread log (`memory` | `redis`), event ids and epochs, the node's tail.
+//! - [`event`]: the AG-UI 1.0 event model, schema validation and the client's order rules.
 //! - [`sse`]: the SSE wire encoding (a leaf).
 //!
 //! Around it: [`config`] (file + env + CLI), [`app`] (wiring, serving, graceful drain),
@@ -39,14 +39,11 @@ pub mod stream;
 
 /// Where the test data is: `tests/fixtures/` of this repository (recorded AG-UI runs,
 /// AG-UI conformance streams, JSON Patch conformance data; origins and licences in
-/// `tests/fixtures/SOURCES.md`), or `$AGUI_FIXTURES_DIR` when set. For tests and benches; not
-/// part of the API.
+/// `tests/fixtures/SOURCES.md`). Nothing outside the repository is read. For tests and
+/// benches; not part of the API.
 #[doc(hidden)]
 pub fn fixtures_dir() -> std::path::PathBuf {
-    match std::env::var_os("AGUI_FIXTURES_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")),
-    }
+    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
 }
 
 /// Every recorded .NET producer response stream of the test data ([`fixtures_dir`])

@@ -13,23 +13,25 @@ use std::time::{Duration, Instant};
 pub const CONNECTIONS: &str = "agui_connections";
 /// Counter: events appended, by `type`.
 pub const PUBLISHED: &str = "agui_events_published_total";
-/// Counter: events written to subscribers, by `type`.
+/// Counter: events handed to subscribers' queues by the fan-out, by `type`.
 pub const DELIVERED: &str = "agui_events_delivered_total";
 /// Counter: events refused at publish, by `reason` (invalid_event, too_large, ...).
 pub const REJECTED: &str = "agui_events_rejected_total";
-/// Counter: resumes with `Last-Event-ID`, by `outcome` (exact, epoch, trimmed, ahead, invalid).
+/// Counter: resumes with `Last-Event-ID`, by `outcome` (exact, prelude; PROTOCOL §9).
 pub const RESUMES: &str = "agui_resumes_total";
 /// Counter: events merged away by coalescing for lagging subscribers, by `type`.
 pub const COALESCED: &str = "agui_events_coalesced_total";
-/// Counter: snapshot-and-resets of lagging subscribers, by `cause` (overflow).
+/// Counter: snapshot-and-resets of subscribers, by `cause` (overflow, trimmed, epoch, ahead,
+/// invalid, bridge; PROTOCOL §9).
 pub const RESETS: &str = "agui_resets_total";
-/// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity, shutdown).
+/// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity,
+/// backend, write_timeout, token_expired; PROTOCOL §9).
 pub const DISCONNECTS: &str = "agui_disconnects_total";
 /// Counter: backend operations that failed, by `backend` and `op`.
 pub const BACKEND_ERRORS: &str = "agui_backend_errors_total";
 /// Histogram: backend operation latency in seconds, by `backend` and `op`.
 pub const BACKEND_LATENCY: &str = "agui_backend_latency_seconds";
-/// Histogram: seconds from the append being acknowledged by the log to the frame being handed
+/// Histogram: seconds from the node reading an event off the log to its frame being handed
 /// to a subscriber's socket (measured per write, for the oldest frame of the write).
 pub const PUBLISH_TO_WRITE: &str = "agui_publish_to_write_seconds";
 /// Gauge: events pending in connection queues on this node (sum over connections).
@@ -109,7 +111,7 @@ fn describe() {
     describe_counter!(RESETS, "Snapshot-and-resets of subscribers, by cause.");
     describe_gauge!(CONNECTIONS, "Open SSE connections on this node.");
     describe_counter!(PUBLISHED, "Events appended to thread logs, by type.");
-    describe_counter!(DELIVERED, "Events written to subscribers, by type.");
+    describe_counter!(DELIVERED, "Events handed to subscribers' queues, by type.");
     describe_counter!(REJECTED, "Events refused at publish, by reason.");
     describe_counter!(
         RESUMES,
@@ -131,7 +133,7 @@ fn describe() {
     describe_histogram!(
         PUBLISH_TO_WRITE,
         Unit::Seconds,
-        "Append acknowledged to frame written."
+        "From the node reading an event off the log to its frame written."
     );
     describe_gauge!(
         QUEUE_DEPTH,

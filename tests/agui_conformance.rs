@@ -579,23 +579,28 @@ struct DataFrame {
     bytes: usize,
 }
 
+/// The complete frames of `body` (an unfinished last frame is left out), each parsed by the
+/// one strict wire parser (`common::sse`): `(frame, its bytes with the blank line)`.
+fn whole_frames(body: &str) -> Vec<(common::sse::Frame, usize)> {
+    body.split_inclusive("\n\n")
+        .filter(|block| block.ends_with("\n\n"))
+        .map(|block| {
+            let frame = common::sse::parse_frame(&block[..block.len() - 2])
+                .unwrap_or_else(|e| panic!("bad SSE frame {block:?}: {e}"));
+            (frame, block.len())
+        })
+        .collect()
+}
+
 fn data_frames(body: &str) -> Vec<DataFrame> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let mut id = None;
-            let mut data = None;
-            for line in block.split('\n') {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.to_string());
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = Some(v);
-                }
-            }
-            let event = serde_json::from_str(data?).expect("data is JSON");
+    whole_frames(body)
+        .into_iter()
+        .filter_map(|(frame, bytes)| {
+            let event = serde_json::from_str(frame.data.as_deref()?).expect("data is JSON");
             Some(DataFrame {
-                id,
+                id: frame.id,
                 event,
-                bytes: block.len() + 2,
+                bytes,
             })
         })
         .collect()
@@ -1354,18 +1359,17 @@ fn cuts_inside_first_bridge(body: &str) -> (Vec<usize>, bool) {
     // (end offset, id, data type) of each block.
     let mut blocks = Vec::new();
     let mut at = 0;
-    for block in body.split_inclusive("\n\n") {
-        at += block.len();
-        let id = block.lines().find_map(|l| l.strip_prefix("id: "));
-        let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-        let ty = data.map(|d| {
+    for (frame, bytes) in whole_frames(body) {
+        at += bytes;
+        let ty = frame.data.as_deref().map(|d| {
             let v: Value = serde_json::from_str(d).expect("data is JSON");
             v["type"].as_str().unwrap_or("?").to_string()
         });
-        blocks.push((at, id, ty));
+        blocks.push((at, frame.id, ty));
     }
-    let event_id =
-        |b: &(usize, Option<&str>, Option<String>)| b.1.is_some_and(|id| !id.ends_with("-bridge"));
+    let event_id = |b: &(usize, Option<String>, Option<String>)| {
+        b.1.as_deref().is_some_and(|id| !id.ends_with("-bridge"))
+    };
     let snapshot = blocks
         .iter()
         .position(|b| b.2.as_deref() == Some("MESSAGES_SNAPSHOT"))
@@ -1389,16 +1393,19 @@ fn cuts_inside_first_bridge(body: &str) -> (Vec<usize>, bool) {
         .filter(|b| b.2.is_some())
         .map(|b| b.0)
         .collect();
-    let marked = blocks[first].1.is_some_and(|id| id.ends_with("-bridge"));
+    let marked = blocks[first]
+        .1
+        .as_deref()
+        .is_some_and(|id| id.ends_with("-bridge"));
     (cuts, marked)
 }
 
 /// The last `id:` of a body (what an `EventSource` sends back as `Last-Event-ID`).
 fn last_id_of(body: &str) -> Option<String> {
-    body.lines()
+    whole_frames(body)
+        .into_iter()
         .rev()
-        .find_map(|l| l.strip_prefix("id: "))
-        .map(str::to_string)
+        .find_map(|(frame, _)| frame.id)
 }
 
 /// (f) A raw TCP subscriber reads the first third of the synthetic thread's first run, stalls

@@ -409,7 +409,7 @@ async fn refused_publishes(server: &Server) -> Vec<String> {
         assert_nothing_appended(server, t, &what).await;
     }
 
-    // Nothing before the marker, seen by a subscriber replaying from the start.
+    // Nothing before the marker, seen by a subscriber reading from the start.
     let mut from_start = sse_client::subscribe(&base, t, "?from=start", None).await;
     let marker = json!({"type": "CUSTOM", "name": "marker", "value": true});
     sse_client::publish_ok(&base, t, std::slice::from_ref(&marker)).await;

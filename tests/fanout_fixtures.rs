@@ -103,8 +103,8 @@ async fn fan_out_one(base: &str, path: &Path, mode: Mode) {
         }
     }
 
-    let mut replay = sse_client::subscribe(base, &thread, "?from=start", None).await;
-    let again = replay.take_text(n, WAIT).await;
+    let mut from_start = sse_client::subscribe(base, &thread, "?from=start", None).await;
+    let again = from_start.take_text(n, WAIT).await;
     assert_eq!(
         again, got,
         "{what}: ?from=start differs from the live subscribers"

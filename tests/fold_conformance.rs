@@ -221,7 +221,7 @@ fn conformance_streams_fold_to_their_expected_state_and_messages() {
 /// One folded message: its role, tool-call count and `content` length in UTF-16 units.
 type Shape = (&'static str, usize, usize);
 
-/// What the 1.0 client folds each recorded response into (replayed on `@ag-ui/client` 1.0.0).
+/// What the 1.0 client folds each recorded response into (checked on `@ag-ui/client` 1.0.0).
 const RECORDED: &[(&str, &[Shape])] = &[
     (
         "Step01_GettingStarted/PostRun_MultiTurn_SynthesizesAssistantMessages#Turn_01",

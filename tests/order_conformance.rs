@@ -1,6 +1,6 @@
 //! Order rules against recorded and normative streams: the AG-UI conformance corpus
-//! (`spec/1.0`, `spec/1.1`, `spec/draft`) and the .NET server's recorded responses, all
-//! replayed through `agui_fanout::event::order::OrderChecker` as one stream each, the way
+//! (`spec-1.0`, `spec-1.1`, `spec-draft`) and the .NET server's recorded responses, all
+//! run through `agui_fanout::event::order::OrderChecker` as one stream each, the way
 //! `@ag-ui/client` 1.0.0 runs `transformChunks` → `verifyEvents` on one HTTP response.
 
 use agui_fanout::event::order::{OrderChecker, OrderViolation, RunLifecycle};
@@ -46,12 +46,12 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Replays `stream` through one checker. Events that fail schema validation are skipped:
+/// Runs `stream` through one checker. Events that fail schema validation are skipped:
 /// the broker refuses them before order checking (PROTOCOL §2 refuses unknown event types and
 /// unknown patch operations on purpose, where the client drops them), so they are not this
 /// module's business. `STATE_DELTA` applicability is the fold's, and is not checked here.
 /// Returns the checker and, if refused, the position and violation.
-fn replay(stream: &[Value]) -> (OrderChecker, Option<(usize, OrderViolation)>) {
+fn run_stream(stream: &[Value]) -> (OrderChecker, Option<(usize, OrderViolation)>) {
     let mut checker = OrderChecker::new();
     for (index, event) in stream.iter().enumerate() {
         if validate_value(event.clone(), None).is_err() {
@@ -85,7 +85,7 @@ fn conformance_1_0_and_1_1_streams_behave_as_their_expect_block_says() {
                     skipped.push(format!("{name}: {}", event["type"]));
                 }
             }
-            let (_, refused) = replay(&stream);
+            let (_, refused) = run_stream(&stream);
             match expect["outcome"].as_str() {
                 Some("failed") => {
                     let (index, violation) =
@@ -114,10 +114,7 @@ fn conformance_1_0_and_1_1_streams_behave_as_their_expect_block_says() {
     fatal_seen.sort();
     let mut listed: Vec<_> = FATAL_AT.iter().map(|(name, _)| name.to_owned()).collect();
     listed.sort();
-    assert_eq!(
-        fatal_seen, listed,
-        "every listed fatal fixture was replayed"
-    );
+    assert_eq!(fatal_seen, listed, "every listed fatal fixture was run");
     // The only schema refusals are the ones PROTOCOL §2 makes on purpose.
     assert_eq!(
         skipped,
@@ -135,7 +132,7 @@ fn draft_streams_are_accepted_like_the_1_0_client_does() {
     for path in json_files(&conformance().join("spec-draft")) {
         let (name, stream, expect) = fixture(&path);
         assert_eq!(expect["outcome"], "failed", "{name}: a future rule");
-        let (_, refused) = replay(&stream);
+        let (_, refused) = run_stream(&stream);
         assert_eq!(refused, None, "{name}: the 1.0 client accepts it");
     }
 }
@@ -203,7 +200,7 @@ fn every_recorded_dotnet_response_is_accepted() {
                     path.display()
                 );
             }
-            let (checker, refused) = replay(&events);
+            let (checker, refused) = run_stream(&events);
             assert_eq!(refused, None, "{}", path.display());
             assert_closed_cleanly(&checker, &path.display().to_string());
             count += 1;
@@ -226,7 +223,7 @@ fn recorded_turns_of_one_test_concatenate_into_one_thread() {
                 .unwrap_or_else(|(index, v)| panic!("{test}: event {index}: {v}"));
         }
         assert_closed_cleanly(&checker, &test);
-        let (one_stream, refused) = replay(&thread);
+        let (one_stream, refused) = run_stream(&thread);
         assert_eq!(refused, None, "{test}");
         assert_eq!(one_stream, checker);
         if turns.len() > 1 {

@@ -1,4 +1,4 @@
-//! The per-connection queue (`src/queue/`): the live lane's bounds and coalescing, the
+//! The per-connection queue (`src/queue/`): the live buffer's bounds and coalescing, the
 //! snapshot-and-reset protocol, the backfill → live hand-over, closing, and the fan-out's
 //! direct writes through a [`Sink`].
 
@@ -51,7 +51,7 @@ fn seqs(bytes: &[u8]) -> Vec<u64> {
 }
 
 #[test]
-fn live_lane_is_bounded_by_events_and_bytes() {
+fn live_buffer_is_bounded_by_events_and_bytes() {
     let q = ConnQueue::new(limits(3), StreamPos::ZERO, false, None);
     q.push_live(&[frame(1), frame(2)]).unwrap();
     q.push_live(&[frame(3)]).unwrap();
@@ -87,7 +87,7 @@ fn text_frame(seq: u64, delta: &str) -> Frame {
 }
 
 #[test]
-fn a_full_lane_is_coalesced_before_it_overflows() {
+fn a_full_buffer_is_coalesced_before_it_overflows() {
     let q = ConnQueue::new(limits(4), StreamPos::ZERO, false, None);
     for i in 1..=20 {
         q.push_live(&[text_frame(i, "ab")]).unwrap();
@@ -138,7 +138,7 @@ fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back(
     assert_eq!(
         q.pending(),
         (0, 0),
-        "the overflowed lane is dropped at once"
+        "the overflowed buffer is dropped at once"
     );
     // While the client does not read, pushes are dropped (the bridge stands for them).
     for i in 4..=7 {
@@ -164,7 +164,10 @@ async fn backfill_then_live_hand_over_skips_overlap() {
     let q = ConnQueue::new(limits(100), StreamPos::new(0, 2), true, None);
     q.push_live(&[frame(4), frame(5), frame(6), frame(7)])
         .unwrap();
-    assert!(q.try_drain().is_none(), "live lane waits for the backfill");
+    assert!(
+        q.try_drain().is_none(),
+        "live buffer waits for the backfill"
+    );
     assert!(q.push_backfill(vec![frame(3), frame(4), frame(5)]).await);
     assert_eq!(ids(q.try_drain()), vec![3, 4, 5]);
     q.finish_backfill();

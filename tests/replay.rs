@@ -328,19 +328,20 @@ async fn an_unreachable_broker_is_a_request_error() {
 }
 
 /// The .NET AG-UI baselines (real producer output, each file starting with a UTF-8 BOM) from
-/// the project's shared fixtures (`agui_fanout::fixtures_dir()`).
+/// the repository's test data (`tests/fixtures/`, `agui_fanout::fixtures_dir()`).
 fn dotnet_baselines() -> Vec<std::path::PathBuf> {
-    agui_fanout::recorded_responses()
+    let files = agui_fanout::recorded_responses();
+    assert!(
+        !files.is_empty(),
+        "no recorded runs under {:?}",
+        agui_fanout::fixtures_dir()
+    );
+    files
 }
 
 #[tokio::test]
 async fn replays_the_recorded_dotnet_baselines() {
-    let files = dotnet_baselines();
-    if files.is_empty() {
-        eprintln!("shared fixtures not found beside the crate: recorded baselines not replayed");
-        return;
-    }
-    for file in files {
+    for file in dotnet_baselines() {
         let (url, received) = broker(|_| None).await;
         let raw = std::fs::read(&file).unwrap();
         assert!(raw.starts_with(b"\xEF\xBB\xBF"), "{}", file.display());

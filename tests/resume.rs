@@ -12,7 +12,7 @@
 //! - (e) graceful drain of an in-process broker: open streams end by themselves with a `retry:`
 //!   frame, the server task finishes, and an acknowledged publish is in the log afterwards.
 //!
-//! Randomness is seeded (`AGUI_TEST_SEED` to replay a run); each test prints its seed.
+//! Randomness is seeded (`AGUI_TEST_SEED` to reproduce a run); each test prints its seed.
 
 mod common;
 
@@ -32,13 +32,13 @@ const TOTAL: usize = 2_000;
 /// Client-side cuts per run of (a) and (b).
 const CUTS: usize = 16;
 
-/// The test's seed: `AGUI_TEST_SEED` or a random one; printed so a failure can be replayed.
+/// The test's seed: `AGUI_TEST_SEED` or a random one; printed so a failure can be reproduced.
 fn seed(test: &str) -> u64 {
     let seed = std::env::var("AGUI_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
-    println!("{test}: seed = {seed} (AGUI_TEST_SEED={seed} to replay)");
+    println!("{test}: seed = {seed} (AGUI_TEST_SEED={seed} to reproduce)");
     seed
 }
 

@@ -1,5 +1,5 @@
 //! AG-UI 1.0 event model: event types, thread ids and the validated event that travels down
-//! the data path (`http` → **`event`** → `log` → `hub` → `queue` → `sse`).
+//! the data path (`http` → `ingest` → **`event`** → `log` → `hub` → `queue` → `stream`).
 //!
 //! Events are kept as the producer's JSON (compactly re-serialised) rather than as typed
 //! structs: the broker must never drop or rewrite a producer's field (PROTOCOL §2), and only a few

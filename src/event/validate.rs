@@ -17,8 +17,9 @@
 //! Objects are open: a member not in the tables is neither checked nor removed, so
 //! [`ValidEvent::json`] is the producer's object, whole and in its key order (the crate builds
 //! `serde_json` with `preserve_order` and `arbitrary_precision`), compactly re-serialised.
-//! Which events are checked and which are refused is pinned by the tests below against the
-//! recorded .NET producer output and the AG-UI conformance fixtures.
+//! Which events are checked and which are refused is pinned by `tests/validate_rows.rs` and,
+//! against the recorded .NET producer output and the AG-UI conformance fixtures,
+//! `tests/validate_fixtures.rs`.
 
 mod schema;
 

@@ -19,7 +19,7 @@
 //! One difference is known and left: when two messages share an id (a producer bug — ids are
 //! unique across kinds, AGUI.md §8 #8), a `MESSAGES_SNAPSHOT` makes the JavaScript reducer put
 //! one object in both places, so a later append shows in both; the fold keeps them apart.
-//! Replaying 48 000 random event sequences through both reducers agrees on everything else,
+//! Running 48 000 random event sequences through both reducers agrees on everything else,
 //! key order included.
 //!
 //! Layout: this file holds [`Fold`] and its dispatch and the state handlers; `stream.rs` the

@@ -1,5 +1,5 @@
 //! Reducer unit tests. Expected values were checked against `@ag-ui/client` 1.0.0
-//! `defaultApplyEvents` replaying the same events.
+//! `defaultApplyEvents` given the same events.
 
 use super::*;
 use proptest::prelude::*;

@@ -1,8 +1,10 @@
-//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, health and metrics over a
-//! shared [`AppState`]; errors are JSON `{"error":{"code","message","index"?,"field"?}}`.
+//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, health and
+//! metrics over a shared [`AppState`]; errors are JSON
+//! `{"error":{"code","message","index"?,"field"?}}`.
 //!
-//! Data path position: the edge. Publish enters the path here (→ `event` → `log`);
-//! subscribe leaves it here (`hub` → `queue` → `sse` → response body).
+//! Data path position: the edge. Publish enters the path here (→ `event` → `ingest` →
+//! `log`); subscribe leaves it here (`hub` → `queue` → `stream`, whose writers write the
+//! bytes `sse` encodes).
 
 pub mod auth;
 pub mod conn;

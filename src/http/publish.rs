@@ -55,10 +55,6 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     }
 }
 
-/// Parses the `{threadId}` path segment (PROTOCOL §1).
-///
-/// # Errors
-/// 400 `invalid_thread_id` naming the field `threadId`.
 /// The `access_token` query parameter (RFC 6750 §2.3), if the query has one and parses.
 pub(super) fn query_token(query: Option<&str>) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -69,6 +65,10 @@ pub(super) fn query_token(query: Option<&str>) -> Option<String> {
     q.access_token
 }
 
+/// Parses the `{threadId}` path segment (PROTOCOL §1).
+///
+/// # Errors
+/// 400 `invalid_thread_id` naming the field `threadId`.
 pub(super) fn parse_thread(raw: &str) -> Result<ThreadId, ApiError> {
     ThreadId::parse(raw).map_err(|e| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_thread_id", e.to_string())

@@ -1,8 +1,8 @@
 //! The backfill of an exact resume (PROTOCOL §4.2): reads `(after, c]` from the log into the
 //! connection's queue, `c` being the hub's cursor when the subscriber was registered, then
-//! hands the queue over to its live lane, which holds everything after `c`.
+//! hands the queue over to its live buffer, which holds everything after `c`.
 //!
-//! The backfill is the only producer that waits for room in a queue (its lane is bounded by
+//! The backfill is the only producer that waits for room in a queue (its buffer is bounded by
 //! waiting, not by dropping). It ends early when the subscriber leaves (its stop token) and
 //! closes the stream when the range is no longer in the log: the client comes back with its
 //! last id and gets a prelude.
@@ -53,7 +53,7 @@ impl Hub {
     }
 }
 
-/// Reads `(from, until]` from the log into the queue's backfill lane, then hands over to live.
+/// Reads `(from, until]` from the log into the queue's backfill buffer, then hands over to live.
 pub(super) async fn backfill(
     log: Arc<dyn EventLog>,
     thread: ThreadId,

@@ -4,7 +4,7 @@
 //!
 //! Exact resume (PROTOCOL §4.2): a subscriber is registered under the thread's lock together with
 //! the hub's cursor `c` (the last position fanned out). Everything after `c` reaches its live
-//! lane; its backfill reads `(after, c]` from the log (`backfill.rs`). The queue skips
+//! buffer; its backfill reads `(after, c]` from the log (`backfill.rs`). The queue skips
 //! anything at or before the last position written, so the hand-over has no gap and no
 //! duplicate, whatever producers do meanwhile.
 //!

@@ -1,7 +1,7 @@
 //! The per-thread, totally ordered event log (PROTOCOL §1, §4, §6), behind one trait with two
 //! backends: [`memory`] (embedded default, one node) and [`redis`] (Redis Streams, many nodes).
 //!
-//! Data path position: `event` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
+//! Data path position: `ingest` → **`log`** → `hub`. The log assigns [`EventId`]s at append and
 //! offers two ways out: [`EventLog::read`] (pages, read when a subscriber resumes) and a
 //! node-wide [`Tail`] that follows every thread with local subscribers and reads each of them
 //! **once** per node, whatever the number of subscribers (PROTOCOL §7).

@@ -1,14 +1,14 @@
 //! The per-connection bounded queue between the hub and a subscriber's stream writer
 //! (PROTOCOL §5).
 //!
-//! Data path position: `hub` → **`queue`** → `stream`. Two lanes:
-//! - the **backfill lane**, filled by the hub's backfill of a resume with the log pages it
+//! Data path position: `hub` → **`queue`** → `stream`. Two buffers:
+//! - the **backfill buffer**, filled by the hub's backfill of a resume with the log pages it
 //!   read; that task waits for room (it is the only producer that may wait);
-//! - the **live lane**, filled by the hub's fan-out, which never waits: a push that would go
+//! - the **live buffer**, filled by the hub's fan-out, which never waits: a push that would go
 //!   over `max_events` or `max_bytes` fails and the hub applies its slow-consumer policy
 //!   (coalesce, then reset).
 //!
-//! The writer drains the backfill lane first, then the live lane, and skips any frame at or
+//! The writer drains the backfill buffer first, then the live buffer, and skips any frame at or
 //! before the last position it wrote, which makes the backfill → live hand-over exact.
 //!
 //! Beside the queue: `frame.rs` ([`Frame`], the queue's item), [`coalesce`](mod@coalesce)
@@ -55,7 +55,7 @@ pub fn pending_resets() -> i64 {
     PENDING_RESETS.load(Ordering::Relaxed)
 }
 
-/// Bounds of one connection's live lane.
+/// Bounds of one connection's live buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueLimits {
     /// Most frames pending.
@@ -68,7 +68,7 @@ pub struct QueueLimits {
 /// since the client resumes from the last id it received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseReason {
-    /// The live lane overflowed (slow subscriber).
+    /// The live buffer overflowed (slow subscriber).
     Overflow,
     /// The log lost continuity under the tail (recreated or trimmed past the node's position).
     Discontinuity,
@@ -121,7 +121,7 @@ pub enum Pushed {
     Dropped,
 }
 
-/// A push into the live lane that did not fit.
+/// A push into the live buffer that did not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow;
 
@@ -139,7 +139,7 @@ pub struct Overflow;
 pub struct ConnQueue {
     inner: Mutex<Inner>,
     /// Wakes the writer (its only consumer). A wake before the writer registered is not
-    /// lost: the writer registers, then looks at the lanes.
+    /// lost: the writer registers, then looks at the buffers.
     writer: AtomicWaker,
     /// Wakes the backfill task waiting for room.
     backfill_room: Notify,
@@ -152,7 +152,7 @@ struct Inner {
     /// known; the base of a reset bridge.
     client_view: Option<Arc<OrderChecker>>,
     backfill: VecDeque<Frame>,
-    /// The backfill task is done (or there was none): the live lane may be drained.
+    /// The backfill task is done (or there was none): the live buffer may be drained.
     backfill_done: bool,
     live: VecDeque<Frame>,
     live_bytes: usize,
@@ -161,7 +161,7 @@ struct Inner {
     /// A reset bridge is queued and not yet taken by the writer. The bridge is not counted
     /// against the bounds (its size is the thread's fold, not the backlog).
     bridge_pending: bool,
-    /// The live lane overflowed and was dropped ([`ConnQueue::begin_reset`]): pushes are
+    /// The live buffer overflowed and was dropped ([`ConnQueue::begin_reset`]): pushes are
     /// dropped until the writer has the bridge built ([`BridgeSource`]).
     reset_pending: bool,
     /// Builds this queue's reset bridges; `None`: an overflow cannot be reset (the hub then
@@ -180,7 +180,7 @@ struct Inner {
 
 impl ConnQueue {
     /// A queue whose writer starts after `after` (the client's last position, or ZERO).
-    /// With `backfill` true the live lane is held back until [`ConnQueue::finish_backfill`].
+    /// With `backfill` true the live buffer is held back until [`ConnQueue::finish_backfill`].
     /// `view` is the client's order state at `after` when known (after a prelude).
     pub fn new(
         limits: QueueLimits,
@@ -210,20 +210,20 @@ impl ConnQueue {
         }
     }
 
-    /// The live lane's bounds.
+    /// The live buffer's bounds.
     pub fn limits(&self) -> QueueLimits {
         self.limits
     }
 
-    /// Appends frames to the live lane without waiting, or writes a single frame to the socket
-    /// at once (see [`ConnQueue::attach_sink`]). When they do not fit, the lane is coalesced
+    /// Appends frames to the live buffer without waiting, or writes a single frame to the socket
+    /// at once (see [`ConnQueue::attach_sink`]). When they do not fit, the buffer is coalesced
     /// first (PROTOCOL §5: a subscriber that is behind gets its pending deltas merged).
     ///
     /// A frame written at once is not counted in `agui_publish_to_write_seconds` here: the
     /// caller counts its [`Pushed::Written`] pushes in groups (one clock read per group).
     ///
     /// # Errors
-    /// [`Overflow`] when even the coalesced lane exceeds a bound. The lane then holds an
+    /// [`Overflow`] when even the coalesced buffer exceeds a bound. The buffer then holds an
     /// equivalent but unspecified mix of old and new frames: the caller must
     /// [`ConnQueue::begin_reset`] or [`ConnQueue::close`] the queue.
     pub fn push_live(&self, frames: &[Frame]) -> Result<Pushed, Overflow> {
@@ -263,8 +263,8 @@ impl ConnQueue {
         result
     }
 
-    /// What the live lane holds now, as `(frames, bytes)`, a pending reset bridge included
-    /// (so this can exceed [`QueueLimits`] by one bridge). The backfill lane is not counted
+    /// What the live buffer holds now, as `(frames, bytes)`, a pending reset bridge included
+    /// (so this can exceed [`QueueLimits`] by one bridge). The backfill buffer is not counted
     /// (it is bounded by the backfill task waiting for room). Read-only, for tests and
     /// diagnostics.
     pub fn pending(&self) -> (usize, usize) {
@@ -272,7 +272,7 @@ impl ConnQueue {
         (q.live.len(), q.live.iter().map(|f| f.bytes.len()).sum())
     }
 
-    /// Whether the live lane exceeds a bound (a pending bridge is not counted).
+    /// Whether the live buffer exceeds a bound (a pending bridge is not counted).
     fn over_bounds(&self, q: &Inner) -> bool {
         let frames = q.live.len() - usize::from(q.bridge_pending && !q.live.is_empty());
         frames > self.limits.max_events || q.live_bytes > self.limits.max_bytes
@@ -290,7 +290,7 @@ impl ConnQueue {
         self.inner.lock().client_view.clone()
     }
 
-    /// Appends frames the backfill read from the log, waiting while the backfill lane holds
+    /// Appends frames the backfill read from the log, waiting while the backfill buffer holds
     /// `max_events / 2` or more. Returns `false` if the queue was closed (stop the backfill).
     pub async fn push_backfill(&self, frames: Vec<Frame>) -> bool {
         let high_water = (self.limits.max_events / 2).max(1);
@@ -316,7 +316,7 @@ impl ConnQueue {
         }
     }
 
-    /// Marks the backfill done: the writer moves on to the live lane.
+    /// Marks the backfill done: the writer moves on to the live buffer.
     pub fn finish_backfill(&self) {
         self.inner.lock().backfill_done = true;
         self.writer.wake();
@@ -390,25 +390,25 @@ impl ConnQueue {
                 return Some(Drained::Closed(reason));
             }
             from_backfill = !q.backfill.is_empty();
-            let lane_len = if from_backfill {
+            let buffered = if from_backfill {
                 q.backfill.len()
             } else if q.backfill_done {
                 q.live.len()
             } else {
                 0
             };
-            if lane_len == 0 {
+            if buffered == 0 {
                 return None;
             }
             let mut last = q.last;
-            let lane = if from_backfill {
+            let buffer = if from_backfill {
                 &mut q.backfill
             } else {
                 &mut q.live
             };
-            if lane_len == 1 {
+            if buffered == 1 {
                 // The common case of a subscriber that keeps up: no batch vector.
-                match lane.pop_front() {
+                match buffer.pop_front() {
                     Some(f) if f.id.pos > last => {
                         last = f.id.pos;
                         single = Some(f);
@@ -416,8 +416,8 @@ impl ConnQueue {
                     _ => skipped += 1,
                 }
             } else {
-                taken.reserve(lane_len);
-                for f in lane.drain(..) {
+                taken.reserve(buffered);
+                for f in buffer.drain(..) {
                     if f.id.pos > last {
                         last = f.id.pos;
                         taken.push(f);
@@ -480,7 +480,7 @@ fn count_coalesced(merged: Vec<(crate::event::EventType, u64)>) {
     }
 }
 
-/// Coalesces the live lane in place and recomputes its byte count.
+/// Coalesces the live buffer in place and recomputes its byte count.
 fn compact(q: &mut Inner) {
     let mut frames: Vec<Frame> = q.live.drain(..).collect();
     let before = frames.len() as i64;

@@ -1,4 +1,4 @@
-//! The slow-consumer reset (PROTOCOL §5 "Reset"): a connection whose live lane overflowed drops
+//! The slow-consumer reset (PROTOCOL §5 "Reset"): a connection whose live buffer overflowed drops
 //! what is pending and every later push, and gets one bridge, built when its writer comes back
 //! for more, from what the client was last given to the thread's fold at the newest id.
 
@@ -33,7 +33,7 @@ impl ConnQueue {
         self.inner.lock().bridges = Some(bridges);
     }
 
-    /// Starts a snapshot-and-reset (PROTOCOL §5 "Reset"): drops everything pending in the live lane
+    /// Starts a snapshot-and-reset (PROTOCOL §5 "Reset"): drops everything pending in the live buffer
     /// and every later push, until the writer comes back and has the bridge built (see
     /// [`BridgeSource`]). Returns `false` (and changes nothing) when no reset is possible: the
     /// client's view is unknown (a backfill is still being written), the queue has no
@@ -51,7 +51,7 @@ impl ConnQueue {
             // The owed bridge counts as one pending event (the queue-depth gauge then shows
             // that this writer has something to write).
             let dropped = q.live.len() as i64 - 1;
-            // Frees the lane's capacity too (up to `max_events` entries): a stalled client
+            // Frees the buffer's capacity too (up to `max_events` entries): a stalled client
             // keeps nothing.
             q.live = VecDeque::new();
             q.live_bytes = 0;
@@ -84,7 +84,7 @@ impl ConnQueue {
         q.bridge_pending = true;
     }
 
-    /// Whether a reset is pending: the live lane overflowed and the writer has not come back
+    /// Whether a reset is pending: the live buffer overflowed and the writer has not come back
     /// for its bridge yet (the client is not reading).
     pub fn reset_pending(&self) -> bool {
         self.inner.lock().reset_pending
@@ -100,7 +100,7 @@ impl ConnQueue {
     /// frame goes out first.
     pub(super) fn build_pending_bridge(&self) {
         // A bridge is built, or the queue closed, at the first attempt; more attempts only when
-        // the lane overflowed again in between (a burst larger than the queue).
+        // the buffer overflowed again in between (a burst larger than the queue).
         for attempt in 0.. {
             let bridges = {
                 let q = self.inner.lock();

@@ -22,7 +22,7 @@
 //! - (b) a frame that stands for several log events (coalesced) is one event, no longer in
 //!   bytes than the frames of the events it stands for, and merges only what §5 allows; a
 //!   frame that stands for one log event carries it byte for byte;
-//! - (c) after every publish step, each connection's live lane holds at most `max_events`
+//! - (c) after every publish step, each connection's live buffer holds at most `max_events`
 //!   frames and `max_bytes` bytes plus one bridge;
 //! - (d) a connection that began with a prelude is not closed for overflow: its full queue
 //!   is reset to a bridge (PROTOCOL §5; the hub knows such a connection's view), unless the
@@ -36,7 +36,7 @@
 //! receives, [`sim`] runs a case; minimal cases of what the property found are plain tests in
 //! [`regressions`]. Failing cases proptest persisted are in `main.proptest-regressions` beside
 //! this file ([`REGRESSIONS`], named explicitly: proptest's default would look in
-//! `tests/proptest-regressions/main.txt` for a `main.rs`) and are replayed before the new cases.
+//! `tests/proptest-regressions/main.txt` for a `main.rs`) and are run again before the new cases.
 //!
 //! `PROPTEST_CASES` overrides the number of cases (64 by default). The cases come from a fixed
 //! seed ([`FIXED_SEED`]) so that CI is reproducible; `PROPTEST_RNG_SEED=<n>` explores other
@@ -70,7 +70,7 @@ fn rng_seed() -> proptest::test_runner::RngSeed {
     proptest::test_runner::RngSeed::Fixed(seed)
 }
 
-/// The persisted failing cases, replayed first (proptest's `cc <seed>` lines).
+/// The persisted failing cases, run first (proptest's `cc <seed>` lines).
 const REGRESSIONS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/delivery_props/main.proptest-regressions"
@@ -130,7 +130,7 @@ fn the_cases_cover_the_delivery_paths() {
 
 /// Explores `HUNT_CASES` random cases (default 500; from case `HUNT_FROM`, default 0)
 /// without shrinking and prints every failure with its case number: case `i` is drawn from a
-/// generator seeded with `i`, so `HUNT_FROM=i HUNT_CASES=1` replays it. With `HUNT_MT` set,
+/// generator seeded with `i`, so `HUNT_FROM=i HUNT_CASES=1` runs it again. With `HUNT_MT` set,
 /// cases run on a two-worker runtime. A tool for finding several distinct failures in one go.
 #[test]
 #[ignore = "exploration tool: cargo test --test delivery_props hunt -- --ignored --nocapture"]

@@ -93,7 +93,7 @@ fn content(delta: &str) -> Value {
     json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": delta})
 }
 
-/// PROTOCOL §2: `?from=start` replays the retained log from its first event only "when the log is
+/// PROTOCOL §2: `?from=start` sends the retained log from its first event only "when the log is
 /// complete from the thread's beginning (otherwise it behaves as no id)", i.e. a prelude at the
 /// head (§4.4).
 ///
@@ -101,7 +101,7 @@ fn content(delta: &str) -> Value {
 /// event of a `?from=start` connection). Cause: `Hub::subscribe` decides with
 /// `head.complete_from_start()` on the thread hub's `LogHead`, loaded when the thread hub
 /// started; `fan_out` advances its `last` but never its `max_deleted`, so a thread trimmed
-/// while followed still looks complete, the outcome is `Exact` and the replay starts at the
+/// while followed still looks complete, the outcome is `Exact` and the backfill starts at the
 /// first retained event, mid-run, without a prelude.
 #[test]
 fn from_start_on_a_thread_trimmed_while_followed_begins_with_a_prelude() {
@@ -215,7 +215,7 @@ fn direct_appends_between_checkpoints_keep_the_fold_rebuildable() {
 /// PROTOCOL §5 "Reset (queue still full): the queue is dropped and replaced by a bridge ...".
 ///
 /// Found by the property (an `overflow` close of a connection that began with a prelude,
-/// whose view the hub always knows). Cause: a full live lane is coalesced in place
+/// whose view the hub always knows). Cause: a full live buffer is coalesced in place
 /// (`queue::compact`), and `coalesce::merge_run` builds the merged frame with `Frame::new`,
 /// which has no `view`. When the writer's last frame taken is such a merged frame,
 /// `ConnQueue::client_view` becomes `None`, so the next overflow cannot build a bridge and the
@@ -244,7 +244,7 @@ fn an_overflow_after_a_coalesced_write_resets_the_queue() {
             .await
             .expect("subscribed");
         assert!(sub.prelude.is_some());
-        // Five deltas, one at a time: the fifth overflows `max_events` and the lane is
+        // Five deltas, one at a time: the fifth overflows `max_events` and the buffer is
         // coalesced into one frame.
         for d in ["a", "b", "c", "d", "e"] {
             rig.publish(&[content(d)]).await;
@@ -253,7 +253,7 @@ fn an_overflow_after_a_coalesced_write_resets_the_queue() {
             panic!("frames expected");
         };
         assert_eq!(events_of(&b), vec![content("abcde")]);
-        // Five events that cannot be merged: the lane overflows again.
+        // Five events that cannot be merged: the buffer overflows again.
         for i in 0..5 {
             rig.publish(&[json!({"type": "CUSTOM", "name": "n", "value": i})])
                 .await;

@@ -172,7 +172,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
             }
         }
         settle(&hub, &thread, truth.head()).await?;
-        // (c) Bounded live lanes.
+        // (c) Bounded live buffers.
         let bound = case.max_bytes + truth.max_prelude + 4096;
         for c in &clients {
             if let Some(sub) = &c.sub {
@@ -181,7 +181,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
                 // One bridge may wait on top of what the limits allow.
                 if frames > case.max_events + 1 || bytes > bound {
                     return Err(c.fail(format!(
-                        "(c) live lane holds {frames} frames, {bytes} bytes (limits {} frames, {} bytes, bridge bound {})",
+                        "(c) live buffer holds {frames} frames, {bytes} bytes (limits {} frames, {} bytes, bridge bound {})",
                         case.max_events, case.max_bytes, truth.max_prelude + 4096
                     )));
                 }
@@ -217,7 +217,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
     let mut no_cuts = Choices::new(&[]);
     for round in 0..8 {
         if round >= 4 {
-            // (On a multi-threaded runtime, replay tasks may need a moment.)
+            // (On a multi-threaded runtime, backfill tasks may need a moment.)
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         for c in clients.iter_mut() {
@@ -253,7 +253,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
 
 pub(crate) fn run_case(case: &Case) -> Result<Stats, String> {
     if std::env::var_os("HUNT_MT").is_some() {
-        // Exploration on two worker threads (the hub, tails and replays run in parallel).
+        // Exploration on two worker threads (the hub, tails and backfills run in parallel).
         return tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -28,7 +28,7 @@
 //!   strict mode (browser bundles load the library as an ES module); CommonJS sloppy mode
 //!   would silently ignore an `add`.
 //!
-//! Replaying 420 000 random patches through the published library and [`apply_patch`] agrees
+//! Running 420 000 random patches through the published library and [`apply_patch`] agrees
 //! everywhere except in those cases (all of which RFC 6902 also rejects).
 //!
 //! The key order of objects follows JavaScript insertion order (new keys last, `remove`

@@ -132,7 +132,7 @@ fn row_array_add_index_at_most_length_dash_appends() {
 /// AGUI.md's row says a leading-zero index fails. That holds for `replace`, `remove` and
 /// a `move`/`copy` `from` (the existence check reads the property `"01"`, which no array
 /// has), but fast-json-patch 3.1.1 lets `add` and `test` through: both convert the token
-/// with `~~"01"` = 1 (replayed on the published library). The fold follows the library.
+/// with `~~"01"` = 1 (checked on the published library). The fold follows the library.
 #[test]
 fn row_leading_zero_index() {
     let doc = json!({"l": [1, 2]});
@@ -336,7 +336,7 @@ fn row_empty_patch_is_a_no_op() {
     }
 }
 
-// ---- other fast-json-patch behaviour, replayed on the published library -------------
+// ---- other fast-json-patch behaviour, checked on the published library -------------
 
 #[test]
 fn atomic_per_patch_and_reports_the_original_index() {

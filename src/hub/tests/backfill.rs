@@ -13,7 +13,7 @@ fn backfill_queue(after: StreamPos) -> Arc<ConnQueue> {
     Arc::new(ConnQueue::new(limits, after, true, None))
 }
 
-/// The backfill reads `(after, until]` only; the live lane waits until it is done.
+/// The backfill reads `(after, until]` only; the live buffer waits until it is done.
 #[tokio::test(start_paused = true)]
 async fn backfill_reads_up_to_the_cursor_then_hands_over() {
     let rig = Rig::new(100);

@@ -24,7 +24,7 @@ pub(super) struct Scripts {
 /// out of memory, before any `XADD`, which keeps the batch all-or-nothing.
 const APPEND: &str = concat!(
     "#!lua\n",
-    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/helpers.lua"),
     include_str!("scripts/retention.lua"),
     include_str!("scripts/append.lua"),
 );
@@ -35,7 +35,7 @@ macro_rules! read_script {
     ($file:literal) => {
         concat!(
             "#!lua flags=allow-oom\n",
-            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/helpers.lua"),
             include_str!($file),
         )
     };

@@ -1,5 +1,5 @@
-//! A subscriber that resumes far back and disconnects while its replay waits for room must
-//! leave nothing behind (its queue and replay task were kept alive: an unbounded leak).
+//! A subscriber that resumes far back and disconnects while its backfill waits for room must
+//! leave nothing behind (its queue and backfill task were kept alive: an unbounded leak).
 //! Its own test binary: it reads the process-wide count of queued events.
 
 mod common;
@@ -19,7 +19,7 @@ async fn disconnected_resumers_leave_no_queued_events() {
     let base = broker::base(server.addr);
     let t = broker::thread_id("leak");
     let mut events = vec![json!({"type":"RUN_STARTED","threadId":t,"runId":"r"})];
-    // 40 MB: far more than the socket buffers take, so the replay of a client that stops
+    // 40 MB: far more than the socket buffers take, so the backfill of a client that stops
     // reading must wait for room.
     events
         .extend((0..10_000).map(
@@ -32,7 +32,7 @@ async fn disconnected_resumers_leave_no_queued_events() {
     }
     let first = first.unwrap();
     for _ in 0..5 {
-        // Read one event, then go away while the replay has far more to send.
+        // Read one event, then go away while the backfill has far more to send.
         let mut sub = sse_client::subscribe(&base, &t, "", Some(&first)).await;
         sub.take(1, Duration::from_secs(5)).await;
         drop(sub);
