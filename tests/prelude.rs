@@ -259,10 +259,60 @@ fn prelude_marks_only_its_run_started_and_keeps_producer_metadata() {
             "RUN_STARTED",
             "MESSAGES_SNAPSHOT",
             "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
             "TEXT_MESSAGE_START"
         ]
     );
     assert_eq!(pre[1]["messages"], json!([]));
     assert_eq!(pre[2]["messages"][0]["content"], "a");
+    assert_eq!(
+        pre[3]["snapshot"],
+        json!({}),
+        "the state is restated, empty included"
+    );
     assert!(prelude(&ThreadFold::new()).is_empty());
+}
+
+/// A prelude restates the state even when nothing ever set it: a client resuming with state
+/// the log never had (an epoch Redis lost, a tail a failover rolled back) must end at the
+/// log's `{}`, not keep its own (issue: the real `@ag-ui/client` ended at `{"k":1}` while the
+/// broker's snapshot said `{}`).
+#[test]
+fn a_prelude_restates_an_empty_state() {
+    let mut truth = ThreadFold::new();
+    for e in [
+        json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}),
+    ] {
+        truth.apply_logged(&e).expect("valid");
+    }
+    assert!(!truth.fold().state_known(), "nothing set the state");
+    let pre = prelude(&truth);
+    let snapshots: Vec<&Value> = pre
+        .iter()
+        .filter(|e| e["type"] == "STATE_SNAPSHOT")
+        .collect();
+    assert_eq!(
+        snapshots,
+        [&json!({"type":"STATE_SNAPSHOT","snapshot":{}})],
+        "{pre:?}"
+    );
+
+    // A client that held stale state folds the prelude to the log's state.
+    let mut client = ThreadFold::new();
+    for e in [
+        json!({"type":"RUN_STARTED","threadId":"t","runId":"r0"}),
+        json!({"type":"STATE_SNAPSHOT","snapshot":{"k":1}}),
+        json!({"type":"RUN_FINISHED","threadId":"t","runId":"r0"}),
+    ] {
+        client.apply_logged(&e).expect("valid");
+    }
+    for e in &pre {
+        client
+            .apply_logged(e)
+            .expect("a prelude is valid after a finished run");
+    }
+    assert_eq!(client.fold().state(), truth.fold().state());
+    assert_eq!(client.fold().state(), &json!({}));
 }

@@ -508,10 +508,10 @@ async fn redis_non_strict_trimmed_thread_keeps_its_fold() {
     assert_eq!(got["run"], want["run"]);
 
     // A new subscriber gets the prelude: the marked run start, the messages (a clearing
-    // snapshot, then every message), the run's end.
+    // snapshot, then every message), the state (`{}` included), the run's end.
     let mut raw = sse_client::open_raw(&trimmed_base, &thread, "", None).await;
     let mut prelude = Vec::new();
-    while prelude.len() < 4 {
+    while prelude.len() < 5 {
         let f = raw.next_event(WAIT).await.expect("a prelude event");
         prelude.push(serde_json::from_str::<Value>(f.data.as_deref().unwrap()).unwrap());
     }
@@ -525,11 +525,13 @@ async fn redis_non_strict_trimmed_thread_keeps_its_fold() {
             "RUN_STARTED",
             "MESSAGES_SNAPSHOT",
             "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
             "RUN_FINISHED"
         ]
     );
     assert_eq!(prelude[0]["metadata"]["agui-fanout"]["prelude"], true);
     assert_eq!(prelude[2]["messages"], want["messages"]);
+    assert_eq!(prelude[3]["snapshot"], want["state"]);
     drop(raw);
     trimmed.stop().await;
     full.stop().await;

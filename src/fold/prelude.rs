@@ -11,7 +11,8 @@
 //! 1. the current run's original `RUN_STARTED` (`input` included), with
 //!    `metadata: {"agui-fanout": {"prelude": true}}` added to the producer's metadata;
 //! 2. `MESSAGES_SNAPSHOT` of every message (partial text and tool arguments included);
-//! 3. `STATE_SNAPSHOT` of the folded state (when a snapshot or delta ever set it);
+//! 3. `STATE_SNAPSHOT` of the folded state, `{}` when nothing ever set it (a bridge restates
+//!    the state only when a snapshot or delta set it);
 //! 4. one re-opening event per construct still open, in opening order (the original START,
 //!    or for an item being assembled from chunks a content-less chunk that re-opens its lane);
 //! 5. if the run has ended, its original `RUN_FINISHED` and/or `RUN_ERROR`.
@@ -149,7 +150,12 @@ fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out:
     }
     out.push(rs);
     push_messages_snapshot(truth, out);
-    if let Some(s) = state_snapshot(truth) {
+    if mark {
+        // A prelude always restates the state, `{}` included: its client may hold state this
+        // log never had (from an epoch Redis lost, or a tail a failover rolled back), which
+        // only a snapshot replaces. A bridge's client got its state from this log.
+        out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": truth.fold().state()}));
+    } else if let Some(s) = state_snapshot(truth) {
         out.push(s);
     }
     if matches!(open.run(), RunLifecycle::Running { .. }) {
