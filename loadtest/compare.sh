@@ -494,8 +494,11 @@ run_one() { # scenario target
       log "$label: load generator exit code $rc, see $loadlog"
       tail -n 5 "$loadlog" >&2 || true ;;
   esac
+  # Paths relative to $OUT, so a compare.json copied into loadtest/report/ names no machine's
+  # folders.
   jq -nc --arg scenario "$sc" --arg target "$target" --arg backend "$SC_BACKEND" --arg kind "$SC_KIND" \
-    --argjson exit_code "$rc" --arg json "$json" --arg log "$loadlog" --argjson checks "$checks" \
+    --argjson exit_code "$rc" --arg json "${json#"$OUT"/}" --arg log "${loadlog#"$OUT"/}" \
+    --argjson checks "$checks" \
     --arg args "${SC_ARGS[*]}" \
     '{scenario:$scenario, target:$target, backend:$backend, kind:$kind, exit_code:$exit_code,
       result:(if $json == "" then null else $json end), log:$log, checks:$checks, args:$args}' >>"$RUNS"
@@ -636,6 +639,7 @@ log "building the table"
 # Attach each result file to its run.
 while IFS= read -r line; do
   f=$(jq -r '.result // empty' <<<"$line")
+  [[ -n $f ]] && f=$OUT/$f
   if [[ -n $f && -f $f ]]; then
     jq -c --slurpfile d "$f" '. + {data: $d[0]}' <<<"$line"
   else
