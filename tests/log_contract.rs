@@ -244,10 +244,8 @@ async fn checkpoint_pending_then_promoted(f: Fixture) {
     // A tail following from the checkpoint continues exactly.
     let mut tail = TailHarness::start(&*log);
     tail.tail.follow(thread.clone(), ids[14].epoch, ids[14].pos);
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 17)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids[15..32], &evs[15..32]);
+    let got = tail.collect_one(&thread, 17).await;
+    assert_entries(&got, &ids[15..32], &evs[15..32]);
 
     // And the next promotion moves both to the newer checkpoint (24).
     ids.extend(append_with(&*log, &thread, &evs[32..40], Some(candidate(39))).await);
@@ -514,8 +512,7 @@ async fn idle_ttl_expires_thread(f: Fixture) {
     let head = log.head(&thread).await.unwrap();
     assert_eq!(head.epoch, old.epoch, "expired while written to");
     assert!(log.checkpoint(&thread).await.unwrap().is_some());
-    tail.collect(&HashMap::from([(thread.clone(), n - 10)]), WITHIN)
-        .await;
+    tail.collect_one(&thread, n - 10).await;
 
     eventually("the idle expiry", || {
         let log = log.clone();
@@ -538,18 +535,10 @@ async fn idle_ttl_expires_thread(f: Fixture) {
         matches!(read, Err(LogError::Gap(ResumeGap::OtherEpoch))),
         "{read:?}"
     );
-    match tail.next(WITHIN).await {
-        TailItem::Discontinuity {
-            thread: t,
-            head: h,
-            reason,
-        } => {
-            assert_eq!(t, thread);
-            assert_eq!(reason, ResumeGap::OtherEpoch);
-            assert_eq!(h.epoch, head.epoch);
-        }
-        other => panic!("expected a discontinuity, got {other:?}"),
-    }
+    let h = tail
+        .expect_discontinuity(&thread, ResumeGap::OtherEpoch)
+        .await;
+    assert_eq!(h.epoch, head.epoch);
 
     // The thread comes back under the new epoch, without the old checkpoint.
     let new = append_with(&*log, &thread, &evs[..2], Some(candidate(1))).await;
@@ -845,8 +834,8 @@ async fn tail_follow_while_blocked(f: Fixture) {
     let head = log.head(&a).await.unwrap();
     tail.tail.follow(a.clone(), head.epoch, head.last);
     let ids = log.append(&a, &events(0..1)).await.unwrap();
-    let got = tail.collect(&HashMap::from([(a.clone(), 1)]), WITHIN).await;
-    assert_eq!(got[&a][0].id, ids[0]);
+    let got = tail.collect_one(&a, 1).await;
+    assert_eq!(got[0].id, ids[0]);
     // Let the reader settle into its blocking read of `a` alone.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -875,13 +864,13 @@ async fn tail_unfollow_stops(f: Fixture) {
         tail.tail.follow(t.clone(), head.epoch, head.last);
     }
     log.append(&a, &events(0..1)).await.unwrap();
-    tail.collect(&HashMap::from([(a.clone(), 1)]), WITHIN).await;
+    tail.collect_one(&a, 1).await;
 
     tail.tail.unfollow(&a);
     log.append(&a, &events(1..6)).await.unwrap();
     let ids = log.append(&b, &events(0..1)).await.unwrap();
-    let got = tail.collect(&HashMap::from([(b.clone(), 1)]), WITHIN).await;
-    assert_eq!(got[&b][0].id, ids[0]);
+    let got = tail.collect_one(&b, 1).await;
+    assert_eq!(got[0].id, ids[0]);
     let late = tail.drain_for(Duration::from_millis(1500)).await;
     assert!(late.is_empty(), "items after unfollow: {late:?}");
 }
@@ -893,17 +882,13 @@ async fn tail_follow_from_position(f: Fixture) {
     let evs = events(0..20);
     let ids = log.append(&thread, &evs).await.unwrap();
     tail.tail.follow(thread.clone(), ids[9].epoch, ids[9].pos);
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 10)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids[10..], &evs[10..]);
+    let got = tail.collect_one(&thread, 10).await;
+    assert_entries(&got, &ids[10..], &evs[10..]);
 
     // Following again replaces the earlier follow.
     tail.tail.follow(thread.clone(), ids[17].epoch, ids[17].pos);
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 2)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids[18..], &evs[18..]);
+    let got = tail.collect_one(&thread, 2).await;
+    assert_entries(&got, &ids[18..], &evs[18..]);
     assert!(tail.drain_for(Duration::from_millis(300)).await.is_empty());
 }
 
@@ -966,22 +951,13 @@ async fn tail_shutdown_ends_it(f: Fixture) {
     assert!(matches!(end, Ok(None)), "tail still running: {end:?}");
 }
 
+/// The next tail item is `thread`'s discontinuity for `want`, at the log's last id `last`.
 async fn expect_discontinuity(
     tail: &mut TailHarness,
     thread: &ThreadId,
     want: ResumeGap,
     last: EventId,
 ) {
-    match tail.next(WITHIN).await {
-        TailItem::Discontinuity {
-            thread: t,
-            head,
-            reason,
-        } => {
-            assert_eq!(&t, thread);
-            assert_eq!(reason, want);
-            assert_eq!(head.last_id(), Some(last));
-        }
-        other => panic!("expected a discontinuity, got {other:?}"),
-    }
+    let head = tail.expect_discontinuity(thread, want).await;
+    assert_eq!(head.last_id(), Some(last));
 }

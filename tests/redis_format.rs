@@ -7,9 +7,7 @@ mod common {
     pub mod logs;
 }
 
-use agui_fanout::log::{
-    AppendExtras, LogError, ReadFrom, ResumeGap, Retention, StreamPos, TailItem,
-};
+use agui_fanout::log::{AppendExtras, LogError, ReadFrom, ResumeGap, Retention, StreamPos};
 use common::logs::*;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -212,25 +210,15 @@ async fn redis_lost_keys_get_a_new_epoch() {
         matches!(read, Err(LogError::Gap(ResumeGap::OtherEpoch))),
         "{read:?}"
     );
-    match tail.next(WITHIN).await {
-        TailItem::Discontinuity {
-            thread: t,
-            head: h,
-            reason,
-        } => {
-            assert_eq!(t, thread);
-            assert_eq!(reason, ResumeGap::OtherEpoch);
-            assert_eq!(h.epoch, head.epoch);
-        }
-        other => panic!("expected a discontinuity, got {other:?}"),
-    }
+    let h = tail
+        .expect_discontinuity(&thread, ResumeGap::OtherEpoch)
+        .await;
+    assert_eq!(h.epoch, head.epoch);
     let evs = events(5..7);
     let new = log.append(&thread, &evs).await.unwrap();
     assert_eq!(new[0].epoch, head.epoch);
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 2)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &new, &evs);
+    let got = tail.collect_one(&thread, 2).await;
+    assert_entries(&got, &new, &evs);
 
     // Only the stream lost (its meta survives): still a new epoch.
     let _: () = redis::cmd("DEL")
@@ -315,10 +303,7 @@ async fn redis_direct_producer_entries() {
         xadd(&mut conn, &thread, field, &v).await;
     }
     let ids = log.append(&thread, &events(0..1)).await.unwrap();
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 3)]), WITHIN)
-        .await;
-    let got = &got[&thread];
+    let got = tail.collect_one(&thread, 3).await;
     assert_eq!(
         &got[0].json[..],
         br#"{"type":"CUSTOM","name":"direct","value":2}"#

@@ -11,10 +11,9 @@ mod common {
 
 use agui_fanout::event::ThreadId;
 use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
-use agui_fanout::log::{EventLog, LogError, ReadFrom, ResumeGap, StreamPos, TailItem};
+use agui_fanout::log::{EventLog, LogError, ReadFrom, ResumeGap, StreamPos};
 use common::logs::*;
 use common::redis_server::RedisServer;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 fn outage_config(server: &RedisServer) -> RedisLogConfig {
@@ -55,10 +54,8 @@ async fn redis_outage_and_restart_without_data() {
     tail.tail.follow(thread.clone(), head.epoch, head.last);
     let evs = events(0..3);
     let ids = log.append(&thread, &evs).await.unwrap();
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 3)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids, &evs);
+    let got = tail.collect_one(&thread, 3).await;
+    assert_entries(&got, &ids, &evs);
 
     server.kill();
     let started = Instant::now();
@@ -76,25 +73,15 @@ async fn redis_outage_and_restart_without_data() {
     wait_ready(&log).await;
     let new_head = log.head(&thread).await.unwrap();
     assert_ne!(new_head.epoch, head.epoch);
-    match tail.next(WITHIN).await {
-        TailItem::Discontinuity {
-            thread: t,
-            head: h,
-            reason,
-        } => {
-            assert_eq!(t, thread);
-            assert_eq!(reason, ResumeGap::OtherEpoch);
-            assert_eq!(h.epoch, new_head.epoch);
-        }
-        other => panic!("expected a discontinuity, got {other:?}"),
-    }
+    let h = tail
+        .expect_discontinuity(&thread, ResumeGap::OtherEpoch)
+        .await;
+    assert_eq!(h.epoch, new_head.epoch);
     let evs = events(10..14);
     let ids = log.append(&thread, &evs).await.unwrap();
     assert_eq!(ids[0].epoch, new_head.epoch);
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 4)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids, &evs);
+    let got = tail.collect_one(&thread, 4).await;
+    assert_entries(&got, &ids, &evs);
 }
 
 /// Connections dropped while Redis keeps its data: the tail reconnects and continues exactly
@@ -109,8 +96,7 @@ async fn redis_tail_continues_after_connection_loss() {
     tail.tail.follow(thread.clone(), head.epoch, head.last);
     let evs = events(0..40);
     let mut ids = log.append(&thread, &evs[..10]).await.unwrap();
-    tail.collect(&HashMap::from([(thread.clone(), 10)]), WITHIN)
-        .await;
+    tail.collect_one(&thread, 10).await;
 
     let mut admin = redis_conn(&server.url()).await;
     for chunk in evs[10..].chunks(10) {
@@ -138,10 +124,8 @@ async fn redis_tail_continues_after_connection_loss() {
             }
         }
     }
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 30)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids[10..], &evs[10..]);
+    let got = tail.collect_one(&thread, 30).await;
+    assert_entries(&got, &ids[10..], &evs[10..]);
     assert!(tail.drain_for(Duration::from_millis(300)).await.is_empty());
 }
 
@@ -184,10 +168,8 @@ async fn redis_connect_while_down() {
     tail.tail.follow(thread.clone(), head.epoch, head.last);
     let evs = events(0..2);
     let ids = log.append(&thread, &evs).await.unwrap();
-    let got = tail
-        .collect(&HashMap::from([(thread.clone(), 2)]), WITHIN)
-        .await;
-    assert_entries(&got[&thread], &ids, &evs);
+    let got = tail.collect_one(&thread, 2).await;
+    assert_entries(&got, &ids, &evs);
 }
 
 /// Bad configuration is refused; a good one connects (the sanity path of `connect`).
@@ -238,8 +220,6 @@ async fn redis_foreign_key_type_is_isolated() {
     tail.tail.follow(good.clone(), head.epoch, head.last);
     let evs = events(0..3);
     let ids = log.append(&good, &evs).await.unwrap();
-    let got = tail
-        .collect(&HashMap::from([(good.clone(), 3)]), WITHIN)
-        .await;
-    assert_entries(&got[&good], &ids, &evs);
+    let got = tail.collect_one(&good, 3).await;
+    assert_entries(&got, &ids, &evs);
 }

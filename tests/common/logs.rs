@@ -12,7 +12,8 @@ use agui_fanout::event::{ThreadId, ValidEvent, validate_event};
 use agui_fanout::log::memory::MemoryLog;
 use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
 use agui_fanout::log::{
-    Checkpoint, EventId, EventLog, LogEntry, Retention, StreamPos, Tail, TailItem,
+    Checkpoint, EventId, EventLog, LogEntry, LogHead, ResumeGap, Retention, StreamPos, Tail,
+    TailItem,
 };
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -180,6 +181,23 @@ impl TailHarness {
             .expect("tail sink open")
     }
 
+    /// The next item, which must be a discontinuity of `thread` for `reason`; returns the head
+    /// it reports.
+    pub async fn expect_discontinuity(&mut self, thread: &ThreadId, reason: ResumeGap) -> LogHead {
+        match self.next(WITHIN).await {
+            TailItem::Discontinuity {
+                thread: t,
+                head,
+                reason: r,
+            } => {
+                assert_eq!(&t, thread);
+                assert_eq!(r, reason);
+                head
+            }
+            other => panic!("expected a discontinuity, got {other:?}"),
+        }
+    }
+
     /// Receives `Entries` until every thread of `want` got its count; a discontinuity fails.
     pub async fn collect(
         &mut self,
@@ -202,6 +220,14 @@ impl TailHarness {
             }
         }
         got
+    }
+
+    /// [`TailHarness::collect`] for one thread: its first `n` entries, within [`WITHIN`].
+    pub async fn collect_one(&mut self, thread: &ThreadId, n: usize) -> Vec<LogEntry> {
+        let mut got = self
+            .collect(&HashMap::from([(thread.clone(), n)]), WITHIN)
+            .await;
+        got.remove(thread).unwrap_or_default()
     }
 
     /// Items that arrive within `period`.
