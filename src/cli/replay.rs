@@ -11,7 +11,7 @@
 //! idempotent retries). Nothing is printed here; the binary reports the [`ReplaySummary`] or
 //! the [`ReplayError`].
 
-use crate::event::{ThreadId, ThreadIdError};
+use crate::event::{ThreadId, ThreadIdError, json_type};
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
@@ -310,7 +310,7 @@ fn parse_events(bytes: &[u8], path: &Path) -> Result<Vec<Map<String, Value>>, Re
     let Value::Array(items) = value else {
         return Err(not_events(format!(
             "expected a JSON array of AG-UI events, found {}",
-            json_kind(&value)
+            json_type(&value)
         )));
     };
     items
@@ -320,7 +320,7 @@ fn parse_events(bytes: &[u8], path: &Path) -> Result<Vec<Map<String, Value>>, Re
             Value::Object(event) => Ok(event),
             other => Err(not_events(format!(
                 "event {index} is {}, not a JSON object",
-                json_kind(&other)
+                json_type(&other)
             ))),
         })
         .collect()
@@ -543,18 +543,6 @@ fn quote_body(body: &[u8]) -> String {
     match text.char_indices().nth(MAX_QUOTED_BODY) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),
-    }
-}
-
-/// The JSON type of `value`, for error messages.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -455,8 +455,8 @@ fn one_of(allowed: impl Iterator<Item = &'static str>) -> String {
     }
 }
 
-/// The JSON type of a value, with its article, for messages.
-fn json_type(value: &Value) -> &'static str {
+/// The JSON type of a value with its article ("an object", "null"), for error messages.
+pub fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
