@@ -3,28 +3,20 @@
 //! direct writes through a [`Sink`].
 
 use agui_fanout::event::EventType;
-use agui_fanout::log::{Epoch, EventId, LogEntry, StreamPos};
+use agui_fanout::log::{Epoch, EventId, StreamPos};
 use agui_fanout::queue::{
     BridgeSource, CloseReason, ConnQueue, Drained, Frame, MergeKey, Overflow, Pushed, QueueLimits,
     Sink,
 };
-use bytes::Bytes;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-fn frame(seq: u64) -> Frame {
-    let entry = LogEntry {
-        id: EventId {
-            epoch: Epoch(1),
-            pos: StreamPos::new(0, seq),
-        },
-        event_type: EventType::Raw,
-        json: Bytes::from_static(br#"{"type":"RAW","event":1}"#),
-    };
-    Frame::encode(&entry, Instant::now())
-}
+#[path = "common/frames.rs"]
+#[allow(unreachable_pub)]
+mod frames;
+use frames::frame;
 
 fn limits(max_events: usize) -> QueueLimits {
     QueueLimits {

@@ -33,12 +33,7 @@ async fn redis_entry_format() {
         assert_eq!(entry_id, &id.pos.to_string());
         assert_eq!(fields, &vec![b"e".to_vec(), ev.json.to_vec()]);
     }
-    let epoch: String = redis::cmd("HGET")
-        .arg(meta_key(&thread))
-        .arg("epoch")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let epoch = meta_epoch(&mut conn, &thread).await;
     assert_eq!(epoch, ids[0].epoch.to_string());
     assert_eq!(epoch.len(), 8);
 }
@@ -280,12 +275,7 @@ async fn redis_direct_producer_entries() {
     let head = log.head(&thread).await.unwrap();
     assert_eq!(got[0].id.epoch, head.epoch);
     assert_eq!(got[1].id.pos, head.last);
-    let epoch: String = redis::cmd("HGET")
-        .arg(meta_key(&thread))
-        .arg("epoch")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let epoch = meta_epoch(&mut conn, &thread).await;
     assert_eq!(epoch, head.epoch.to_string());
     // Paging over invalid entries still returns `limit` valid ones.
     let one = log.read(&thread, ReadFrom::Start, 1).await.unwrap();

@@ -2,9 +2,8 @@
 //! queue yields them, heartbeats only after a whole idle period, and the stream's last words
 //! (the close reason, a drain's jittered `retry:`, a token's expiry).
 
-use agui_fanout::event::EventType;
-use agui_fanout::log::{Epoch, EventId, LogEntry, StreamPos};
-use agui_fanout::queue::{CloseReason, ConnQueue, Frame, QueueLimits};
+use agui_fanout::log::StreamPos;
+use agui_fanout::queue::{CloseReason, ConnQueue, QueueLimits};
 use agui_fanout::sse::{self, HEARTBEAT};
 use agui_fanout::stream::{self, EXPIRED, StreamSettings};
 use bytes::Bytes;
@@ -13,19 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
+#[path = "common/frames.rs"]
+#[allow(unreachable_pub)]
+mod frames;
+use frames::frame;
 
-fn frame(seq: u64) -> Frame {
-    let entry = LogEntry {
-        id: EventId {
-            epoch: Epoch(1),
-            pos: StreamPos::new(0, seq),
-        },
-        event_type: EventType::Raw,
-        json: Bytes::from_static(br#"{"type":"RAW","event":1}"#),
-    };
-    Frame::encode(&entry, std::time::Instant::now())
-}
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
 
 fn queue() -> Arc<ConnQueue> {
     let limits = QueueLimits {

@@ -307,6 +307,16 @@ pub async fn xadd(
         .unwrap();
 }
 
+/// The `epoch` field of a thread's meta hash, as Redis holds it.
+pub async fn meta_epoch(conn: &mut redis::aio::MultiplexedConnection, thread: &ThreadId) -> String {
+    redis::cmd("HGET")
+        .arg(meta_key(thread))
+        .arg("epoch")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 pub fn ckpt_key(thread: &ThreadId) -> String {
     format!("agui:{{{thread}}}:ckpt")
 }

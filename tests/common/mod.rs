@@ -6,6 +6,7 @@
 pub mod agui_client;
 pub mod broker;
 pub mod fixtures;
+pub mod frames;
 pub mod logs;
 pub mod redis_server;
 pub mod sse;
