@@ -4,7 +4,9 @@
 #   1. makes sure `redis-server` is installed (tests start private servers to stop and restart)
 #      and that a Redis answers on 127.0.0.1:6379 (started here, without persistence, if not);
 #   2. installs the Node test client from its lockfile (`npm ci --prefix tests/node`);
-#   3. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`.
+#   3. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`, then the load
+#      generator's smoke run (loadtest/smoke.sh) and the fault suite's short form
+#      (loadtest/faults/run.sh: private redis-servers and brokers, about 2-3 minutes).
 # Exits with the first failing step's code. A Redis started here is left running.
 set -euo pipefail
 
@@ -94,6 +96,7 @@ cargo test --all-targets --no-fail-fast || status=$?
 log "cargo test --doc"
 cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
 bash loadtest/smoke.sh || { smoke_status=$?; [[ $status -ne 0 ]] || status=$smoke_status; }
+bash loadtest/faults/run.sh || { faults_status=$?; [[ $status -ne 0 ]] || status=$faults_status; }
 if [[ $status -eq 0 ]]; then
   log "all tests passed"
 else
