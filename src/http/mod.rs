@@ -10,6 +10,7 @@ pub mod auth;
 pub mod conn;
 pub mod cors;
 mod error;
+mod ingest_sse;
 mod ops;
 mod publish;
 mod snapshot;
