@@ -47,7 +47,8 @@ const INGEST_BATCH: usize = 256;
 /// 400 `invalid_event_stream` (not an event stream, not UTF-8, a stream that ends inside an
 /// event: `index` names the event); 400 `invalid_event` (an event whose data is not a valid
 /// AG-UI event, or a stream with no event); 409/422 (order, `STATE_DELTA`); 413 (an event too
-/// large); 503 from the log.
+/// large); 503 `draining` (the node's drain ended while the stream was still open; with
+/// `Retry-After`); 503 from the log.
 pub(super) async fn ingest(
     state: &AppState,
     thread: &ThreadId,
@@ -64,7 +65,15 @@ pub(super) async fn ingest(
         .ready_chunks(batch_max);
     let mut events = std::pin::pin!(events);
     let mut tally = Tally::default();
-    while let Some(chunk) = events.next().await {
+    loop {
+        let chunk = tokio::select! {
+            biased;
+            () = state.drain_ended.cancelled() => return Err(tally.fail(cut_by_drain())),
+            chunk = events.next() => match chunk {
+                Some(chunk) => chunk,
+                None => break,
+            },
+        };
         let (batch, error) = parse_chunk(chunk, thread, max_event, tally.count());
         if !batch.is_empty()
             && let Err(e) = tally
@@ -89,6 +98,17 @@ pub(super) async fn ingest(
         tally.last.as_ref(),
         tally.duplicates,
     )))
+}
+
+/// The 503 of an ingest still open when the node's drain ends (PROTOCOL §9).
+fn cut_by_drain() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "draining",
+        "the node is shutting down and stopped reading the stream: the events after lastId \
+         were not appended; send them to another node",
+    )
+    .retry_after(1)
 }
 
 /// The schema-valid events of one chunk of parsed events, up to the first failure, and that
