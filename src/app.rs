@@ -123,6 +123,10 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         config.strict_order,
         config.retention.max_events,
     );
+    // Stopped with the hub: a sweep may still close a run while streams drain.
+    if !config.runs.orphan_timeout.is_zero() {
+        ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
+    }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let state = AppState {
         config: Arc::new(config),

@@ -43,6 +43,9 @@ pub const RESETS_PENDING: &str = "agui_resets_pending";
 pub const INVALID_ENTRIES: &str = "agui_log_invalid_entries_total";
 /// Gauge: 1 while the log backend answers, 0 otherwise.
 pub const BACKEND_UP: &str = "agui_backend_up";
+/// Counter: runs this node closed with a `RUN_ERROR` (`code: "orphaned"`) after
+/// `runs.orphan_timeout` without an event (PROTOCOL §2 "Orphaned runs").
+pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -148,4 +151,8 @@ fn describe() {
         "Log entries that failed validation and were skipped."
     );
     describe_gauge!(BACKEND_UP, "1 while the log backend answers, else 0.");
+    describe_counter!(
+        RUNS_ORPHANED,
+        "Runs closed with RUN_ERROR (orphaned) after runs.orphan_timeout without an event."
+    );
 }
