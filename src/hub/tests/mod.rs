@@ -14,7 +14,7 @@ use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::log::memory::MemoryLog;
 use crate::log::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    Retention, StreamPos, Tail, TailItem,
+    ResumeCheck, Retention, StreamPos, Tail, TailItem,
 };
 use crate::queue::{CloseReason, ConnQueue, Drained, QueueLimits};
 use parking_lot::Mutex;
@@ -104,6 +104,13 @@ impl EventLog for TestLog {
             return Err(e);
         }
         self.memory.read(thread, from, limit).await
+    }
+
+    async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
+        if let Some(e) = self.failing_reads.lock().clone() {
+            return Err(e);
+        }
+        self.memory.check_resume(thread, id).await
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
