@@ -1,6 +1,8 @@
 //! Clients across a Redis that lost data (PROTOCOL §4.3); every client's fold, judged by the
 //! real `@ag-ui/client`, ends equal to the log's (`/snapshot`):
 //!
+//! - restarted empty: the thread's log starts over under a new epoch, and a client of the lost
+//!   epoch gets the new one from its first event, so nothing acknowledged meanwhile is skipped;
 //! - failed over without the primary's last events: the promoted replica keeps the thread's
 //!   epoch (the meta hash was replicated) but not the tail the clients were sent. A client
 //!   holding that tail is never resumed exactly from a position the log never held, and a node
@@ -249,5 +251,85 @@ async fn a_node_that_fanned_out_a_lost_tail_does_not_continue_it() {
     );
     assert_client_folds_to_the_log("resumed", &base, &thread, &[left_with, second], "aaaaaaaac")
         .await;
+    server.stop().await;
+}
+
+/// Redis restarts empty; the producer starts a new run, acknowledged (with `CUSTOM` events no
+/// snapshot restates) before the client of the lost epoch reconnects with its old id. It gets
+/// a prelude at the new epoch's first event, which clears the lost epoch's messages and state,
+/// then every event after it (before: a prelude at the head, and the new epoch's events up to
+/// there were skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_a_lost_epoch_gets_every_event_of_the_new_one() {
+    let mut redis = RedisServer::start().await;
+    let server = broker::start(|c| c.redis_url = redis.url()).await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("lost-epoch");
+
+    let mut raw = sse_client::open_raw(&base, &thread, "", None).await;
+    let old = [
+        run_started(&thread),
+        json!({"type": "STATE_SNAPSHOT", "snapshot": {"k": 1}}),
+        text_start(),
+        content("old"),
+    ];
+    let (_, old_last) = sse_client::publish_ok(&base, &thread, &old).await;
+    let first = agui::read_until(&mut raw, &old_last).await;
+    drop(raw);
+
+    redis.restart().await;
+    let custom = |i: usize| json!({"type": "CUSTOM", "name": "step", "value": i});
+    let new = [
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": "r2"}),
+        custom(1),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "m2", "role": "assistant"}),
+        custom(2),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "new"}),
+        custom(3),
+    ];
+    let mut new_ids = Vec::new();
+    for event in &new {
+        new_ids.push(publish_when_writable(&base, &thread, event).await);
+    }
+    let new_last = new_ids.last().unwrap().clone();
+    assert_ne!(
+        sse_client::id_key(&new_last).0,
+        sse_client::id_key(&old_last).0,
+        "the log recreated after the data loss has a new epoch"
+    );
+
+    let mut resumed = sse_client::open_raw(&base, &thread, "", Some(&old_last)).await;
+    assert_eq!(resumed.status, 200);
+    let second = agui::read_until(&mut resumed, &new_last).await;
+    drop(resumed);
+    assert!(
+        second.contains(
+            ": agui-fanout: Last-Event-ID not resumable (epoch), starting at the log's first event"
+        ),
+        "{second}"
+    );
+    let events = agui::body_events(&second);
+    assert!(
+        events.first().is_some_and(agui::is_prelude_start),
+        "a prelude at the new epoch's first event: {second}"
+    );
+    assert_eq!(events[0]["runId"], "r2");
+    let customs: Vec<&Value> = events.iter().filter(|e| e["type"] == "CUSTOM").collect();
+    assert_eq!(
+        customs,
+        [&custom(1), &custom(2), &custom(3)],
+        "every event of the new epoch after its first: {second}"
+    );
+    let frames = common::sse::parse_body(second.as_bytes()).expect("SSE");
+    let ids: Vec<&str> = frames.iter().filter_map(|f| f.id.as_deref()).collect();
+    assert_eq!(ids, new_ids.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let snapshot = snapshot(&base, &thread).await;
+    assert_eq!(snapshot["state"], json!({}));
+    let results = agui::run_cases(&[agui::client_case("lost epoch", &thread, &[first, second])]);
+    let result = &results[0];
+    assert!(result.ok, "the client accepts both streams: {result:?}");
+    assert_eq!(result.messages, snapshot["messages"], "the log's messages");
+    assert_eq!(result.state, snapshot["state"], "the log's state");
     server.stop().await;
 }

@@ -317,6 +317,15 @@ impl MemoryLog {
         Ok(ids)
     }
 
+    /// Loses the thread's data as a Redis restarted without persistence would: the thread
+    /// comes back empty under a new epoch, and a tail following it reports the discontinuity.
+    #[cfg(test)]
+    pub(crate) fn lose(&self, thread: &ThreadId) {
+        let log = self.thread(thread);
+        *log.inner.lock() = ThreadInner::new(Instant::now());
+        log.appended.notify_waiters();
+    }
+
     fn thread(&self, thread: &ThreadId) -> Arc<ThreadLog> {
         if let Some(t) = self.shared.threads.get(thread) {
             return t.clone();
