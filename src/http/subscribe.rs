@@ -206,6 +206,14 @@ pub(crate) async fn open(
                 gap.as_str()
             )));
         }
+        (_, Outcome::EpochStart) => {
+            tracing::info!(%thread, "Last-Event-ID of another epoch; the new epoch from its first event");
+            metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
+            metrics::counter!(m::RESETS, "cause" => "epoch").increment(1);
+            prefix.push(sse::encode_comment(
+                "agui-fanout: Last-Event-ID not resumable (epoch), starting at the log's first event",
+            ));
+        }
         (_, Outcome::StartTrimmed) => {
             prefix.push(sse::encode_comment(
                 "agui-fanout: log trimmed, from=start begins at the head",
