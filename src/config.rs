@@ -171,7 +171,8 @@ pub struct QueueConfig {
     pub max_bytes: usize,
 }
 
-/// Publish size limits (HTTP 413 beyond them).
+/// Request limits: sizes (HTTP 413 beyond them), the request head, and the time and memory
+/// request bodies may take.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -179,6 +180,19 @@ pub struct LimitsConfig {
     pub max_event_bytes: usize,
     /// Largest JSON or NDJSON request body, in bytes (an SSE ingest is checked per event).
     pub max_body_bytes: usize,
+    /// Largest request head (request line and header fields), in bytes; beyond it: 431. At
+    /// least 8 KiB (hyper's smallest read buffer). The default leaves room for a subscribe
+    /// whose `?lastEventId=` or `Last-Event-ID` is 64 KiB (it gets a prelude, PROTOCOL §4.3).
+    pub max_head_bytes: usize,
+    /// Time a JSON or NDJSON request body has to arrive whole, from when its reading starts
+    /// (humantime, e.g. `"30s"`); beyond it: 408 and the connection is closed. A total, not
+    /// an idle time: a body that trickles in cannot hold its memory longer.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// Most bytes of JSON and NDJSON request bodies being read or held at once on this node
+    /// (all connections together); a body that would go over it: 503 `busy` with
+    /// `Retry-After`. At least `max_body_bytes`.
+    pub bodies_in_flight_bytes: usize,
 }
 
 /// Log retention (PROTOCOL §6).
@@ -286,6 +300,9 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_event_bytes: 1 << 20,
             max_body_bytes: 16 << 20,
+            max_head_bytes: 96 << 10,
+            body_timeout: Duration::from_secs(30),
+            bodies_in_flight_bytes: 64 << 20,
         }
     }
 }
@@ -406,6 +423,15 @@ impl Config {
             || self.limits.max_body_bytes < self.limits.max_event_bytes
         {
             return bad("limits.max_event_bytes must be > 0 and <= limits.max_body_bytes");
+        }
+        if self.limits.max_head_bytes < 8192 {
+            return bad("limits.max_head_bytes must be at least 8192");
+        }
+        if self.limits.body_timeout.is_zero() {
+            return bad("limits.body_timeout must be > 0");
+        }
+        if self.limits.bodies_in_flight_bytes < self.limits.max_body_bytes {
+            return bad("limits.bodies_in_flight_bytes must be >= limits.max_body_bytes");
         }
         if self.sse.heartbeat.is_zero() {
             return bad("sse.heartbeat must be > 0");

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod conn;
 pub mod cors;
 mod error;
+mod head;
 mod ingest_sse;
 mod ops;
 mod publish;
