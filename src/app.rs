@@ -128,6 +128,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
     }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
+    let bodies = http::BodyBudget::new(config.limits.bodies_in_flight_bytes);
     let state = AppState {
         config: Arc::new(config),
         log,
@@ -138,6 +139,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         drain_ended: CancellationToken::new(),
         auth,
         cors,
+        bodies,
     };
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());

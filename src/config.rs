@@ -424,6 +424,9 @@ impl Config {
         {
             return bad("limits.max_event_bytes must be > 0 and <= limits.max_body_bytes");
         }
+        if self.limits.max_body_bytes > u32::MAX as usize {
+            return bad("limits.max_body_bytes must be at most 4294967295");
+        }
         if self.limits.max_head_bytes < 8192 {
             return bad("limits.max_head_bytes must be at least 8192");
         }
