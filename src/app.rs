@@ -105,7 +105,9 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
     let auth = crate::http::auth::Auth::from_config(&config.auth)
         .map_err(anyhow::Error::msg)?
         .map(Arc::new);
-    let listener = bind(config.listen)?;
+    let listener = anyhow::Context::with_context(bind(config.listen), || {
+        format!("cannot listen on {}", config.listen)
+    })?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
