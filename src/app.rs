@@ -105,7 +105,9 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
     let auth = crate::http::auth::Auth::from_config(&config.auth)
         .map_err(anyhow::Error::msg)?
         .map(Arc::new);
-    let listener = bind(config.listen)?;
+    let listener = anyhow::Context::with_context(bind(config.listen), || {
+        format!("cannot listen on {}", config.listen)
+    })?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
@@ -128,6 +130,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
     }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
+    let bodies = http::BodyBudget::new(config.limits.bodies_in_flight_bytes);
     let state = AppState {
         config: Arc::new(config),
         log,
@@ -138,6 +141,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         drain_ended: CancellationToken::new(),
         auth,
         cors,
+        bodies,
     };
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());

@@ -43,6 +43,7 @@ const VERBATIM_ENV: [(&str, Field); 2] = [
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address the HTTP server binds (default `127.0.0.1:8080`).
+    #[serde(deserialize_with = "address")]
     pub listen: SocketAddr,
     /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
     pub redis_url: String,
@@ -50,7 +51,7 @@ pub struct Config {
     /// stream (how late an entry `XADD`ed directly to a stream, without the broker's append
     /// note, may be seen), the epoch checks of quiet threads, and its `XREAD BLOCK` without
     /// notes. At least 1 ms.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub redis_block: Duration,
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
     /// `STATE_DELTA` that does not apply to the thread's state (PROTOCOL §2). Default on.
@@ -131,7 +132,7 @@ pub struct CorsConfig {
     /// `withCredentials`).
     pub allow_credentials: bool,
     /// How long a browser may cache a preflight answer (humantime; `Access-Control-Max-Age`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub max_age: Duration,
 }
 
@@ -142,14 +143,14 @@ pub struct SseConfig {
     /// Reconnection delay sent as the first frame's `retry:` field, in milliseconds.
     pub retry_ms: u64,
     /// Interval of heartbeat comments on an otherwise idle stream (humantime, e.g. `"15s"`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub heartbeat: Duration,
     /// A subscriber whose socket accepts no byte for this long is disconnected (humantime,
     /// e.g. `"60s"`; nginx's `send_timeout`): a client that stopped reading costs the fan-out
     /// nothing (its queue is reset and drops what comes), but it holds a socket and its kernel
     /// buffers until then. Streams written by the connection front time their writes; every
     /// connection served by hyper has a socket write timeout of the same length.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub write_timeout: Duration,
     /// `SO_SNDBUF` of a subscriber's socket in bytes (the kernel doubles it for its own
     /// bookkeeping; nginx's `sndbuf`); `0` keeps the kernel's autotuning, which lets a client
@@ -171,7 +172,8 @@ pub struct QueueConfig {
     pub max_bytes: usize,
 }
 
-/// Publish size limits (HTTP 413 beyond them).
+/// Request limits: sizes (HTTP 413 beyond them), the request head, and the time and memory
+/// request bodies may take.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -179,6 +181,19 @@ pub struct LimitsConfig {
     pub max_event_bytes: usize,
     /// Largest JSON or NDJSON request body, in bytes (an SSE ingest is checked per event).
     pub max_body_bytes: usize,
+    /// Largest request head (request line and header fields), in bytes; beyond it: 431. At
+    /// least 8 KiB (hyper's smallest read buffer). The default leaves room for a subscribe
+    /// whose `?lastEventId=` or `Last-Event-ID` is 64 KiB (it gets a prelude, PROTOCOL §4.3).
+    pub max_head_bytes: usize,
+    /// Time a JSON or NDJSON request body has to arrive whole, from when its reading starts
+    /// (humantime, e.g. `"30s"`); beyond it: 408 and the connection is closed. A total, not
+    /// an idle time: a body that trickles in cannot hold its memory longer.
+    #[serde(with = "duration")]
+    pub body_timeout: Duration,
+    /// Most bytes of JSON and NDJSON request bodies being read or held at once on this node
+    /// (all connections together); a body that would go over it: 503 `busy` with
+    /// `Retry-After`. At least `max_body_bytes`.
+    pub bodies_in_flight_bytes: usize,
 }
 
 /// Log retention (PROTOCOL §6).
@@ -190,11 +205,11 @@ pub struct RetentionConfig {
     pub max_events: usize,
     /// Drop events older than this, at checkpoint granularity (humantime, e.g. `"24h"`);
     /// unset or `"0s"`: no age limit.
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
     pub max_age: Option<Duration>,
     /// Expire a thread (log, checkpoint, epoch) after this long without an append
     /// (humantime, default `"7d"`); `"0s"`: never.
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
     pub idle_ttl: Option<Duration>,
 }
 
@@ -206,7 +221,7 @@ pub struct RunsConfig {
     /// the broker, once, whichever node notices (humantime, default `"10m"`); `"0s"`: never.
     /// Ten minutes outlasts a slow model call or tool without events; a producer whose runs
     /// stay silent longer sends an event (a `CUSTOM` heartbeat) within it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub orphan_timeout: Duration,
 }
 
@@ -215,7 +230,7 @@ pub struct RunsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ShutdownConfig {
     /// How long open streams may stay open after SIGTERM before they are ended (humantime).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub drain: Duration,
 }
 
@@ -286,6 +301,9 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_event_bytes: 1 << 20,
             max_body_bytes: 16 << 20,
+            max_head_bytes: 96 << 10,
+            body_timeout: Duration::from_secs(30),
+            bodies_in_flight_bytes: 64 << 20,
         }
     }
 }
@@ -316,15 +334,123 @@ impl Default for ShutdownConfig {
     }
 }
 
+/// Durations in `humantime` form (`"30s"`, `"500ms"`, `"7d"`); a value that is not one is
+/// refused with an example of the form.
+mod duration {
+    use serde::de::{Deserializer, Error, Visitor};
+    use serde::{Deserialize, Serializer};
+    use std::time::Duration;
+
+    /// What a duration looks like, for error messages.
+    const EXPECTED: &str = "a duration like \"30s\" or \"500ms\"";
+
+    struct Humantime;
+
+    impl Visitor<'_> for Humantime {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(EXPECTED)
+        }
+
+        fn visit_str<E: Error>(self, v: &str) -> Result<Duration, E> {
+            humantime::parse_duration(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &EXPECTED))
+        }
+    }
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_str(Humantime)
+    }
+
+    /// The same for an optional duration.
+    pub(super) mod option {
+        use super::*;
+
+        struct Wrapped(Duration);
+
+        impl<'de> Deserialize<'de> for Wrapped {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                super::deserialize(d).map(Wrapped)
+            }
+        }
+
+        pub(in super::super) fn serialize<S: Serializer>(
+            d: &Option<Duration>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub(in super::super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            Ok(Option::<Wrapped>::deserialize(d)?.map(|w| w.0))
+        }
+    }
+}
+
+/// `listen`: a socket address; a value that is not one is refused with an example.
+fn address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    const EXPECTED: &str = "an address like \"127.0.0.1:8080\" or \"[::1]:8080\"";
+    let raw = String::deserialize(d)?;
+    raw.parse()
+        .map_err(|_| serde::de::Error::invalid_value(serde::de::Unexpected::Str(&raw), &EXPECTED))
+}
+
 /// A configuration that cannot be loaded or does not make sense.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file, an environment variable or a flag has a wrong key or value.
+    /// The file, an environment variable or a flag has a wrong key or value: one line per
+    /// problem, naming the key and where it was set (see [`describe`]).
     #[error("configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
+    Load(String),
     /// Values that parse but contradict each other or are out of range.
     #[error("configuration: {0}")]
     Invalid(String),
+}
+
+/// Says what is wrong with the configuration, once per problem: the key as written in the file
+/// (`sse.heartbeat`), where the value came from (the file, or the environment variable's
+/// name), and the problem. figment's own message names environment keys in upper case with
+/// dots and the file's with its profile.
+fn describe(error: figment::Error) -> String {
+    error
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".").to_ascii_lowercase();
+            let origin = match e.metadata.as_ref().map(|md| (&md.source, &md.name)) {
+                Some((Some(figment::Source::File(path)), _)) => format!(" in {}", path.display()),
+                Some((_, name)) if name.contains("environment") => {
+                    format!(" in AGUI_{}", key.replace('.', "__").to_ascii_uppercase())
+                }
+                Some((_, name)) => format!(" in {name}"),
+                None => String::new(),
+            };
+            match &e.kind {
+                figment::error::Kind::UnknownField(field, known) => {
+                    let table = match key.rsplit_once('.') {
+                        Some((table, _)) => format!("[{table}]"),
+                        None => "the top level".into(),
+                    };
+                    format!(
+                        "unknown key {field:?}{origin}; {table} takes {}",
+                        known.join(", ")
+                    )
+                }
+                kind if key.is_empty() => format!("{kind}{origin}"),
+                kind => format!("{key}{origin}: {kind}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Flags given on the command line, applied last.
@@ -379,7 +505,7 @@ impl Config {
         if overrides.insecure {
             fig = fig.merge(("insecure", true));
         }
-        let mut config: Config = fig.extract().map_err(Box::new)?;
+        let mut config: Config = fig.extract().map_err(|e| ConfigError::Load(describe(e)))?;
         for (var, field) in VERBATIM_ENV {
             match std::env::var(format!("AGUI_{var}")) {
                 Ok(value) => *field(&mut config) = value,
@@ -406,6 +532,18 @@ impl Config {
             || self.limits.max_body_bytes < self.limits.max_event_bytes
         {
             return bad("limits.max_event_bytes must be > 0 and <= limits.max_body_bytes");
+        }
+        if self.limits.max_body_bytes > u32::MAX as usize {
+            return bad("limits.max_body_bytes must be at most 4294967295");
+        }
+        if self.limits.max_head_bytes < 8192 {
+            return bad("limits.max_head_bytes must be at least 8192");
+        }
+        if self.limits.body_timeout.is_zero() {
+            return bad("limits.body_timeout must be > 0");
+        }
+        if self.limits.bodies_in_flight_bytes < self.limits.max_body_bytes {
+            return bad("limits.bodies_in_flight_bytes must be >= limits.max_body_bytes");
         }
         if self.sse.heartbeat.is_zero() {
             return bad("sse.heartbeat must be > 0");

@@ -4,9 +4,11 @@
 use agui_fanout::app;
 use agui_fanout::cli::{demo_agent, replay, token};
 use agui_fanout::config::{Config, Overrides};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: the per-request allocations of the publish path
 /// (hyper, axum, JSON) took about 12% of the node's user CPU with glibc. Measured with the
@@ -52,7 +54,7 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
@@ -60,7 +62,20 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .init();
-    match Cli::parse().command {
+    match run(Cli::parse().command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line for people, not `Error: {e:?}` (a cause list and, with RUST_BACKTRACE,
+            // a backtrace).
+            eprintln!("agui-fanout: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the subcommand.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve {
             config,
             listen,
@@ -73,7 +88,12 @@ async fn main() -> anyhow::Result<()> {
                 insecure,
             };
             let config = Config::load(config.as_deref(), &overrides)?;
-            let server = app::start(config).await?;
+            let server = app::start(config).await.map_err(|e| {
+                busy_address_hint(
+                    e,
+                    "--listen ADDR, AGUI_LISTEN or `listen` in the config file",
+                )
+            })?;
             let shutdown = server.shutdown.clone();
             tokio::spawn(async move {
                 wait_for_signal().await;
@@ -87,7 +107,10 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::DemoAgent(args) => {
-            let listener = tokio::net::TcpListener::bind(args.listen).await?;
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", args.listen))
+                .map_err(|e| busy_address_hint(e, "--listen ADDR"))?;
             // Tests and scripts read the bound address (port 0 picks one) from this line.
             println!("demo agent listening on http://{}", listener.local_addr()?);
             let shutdown = tokio_util::sync::CancellationToken::new();
@@ -110,6 +133,37 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+    }
+}
+
+/// `e` and its causes on one line, each cause once: a cause whose text the message already
+/// quotes (errors that print their source in their own message) is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
+}
+
+/// Adds how to choose another address (`how`) to a start-up error caused by an address in
+/// use.
+fn busy_address_hint(e: anyhow::Error, how: &str) -> anyhow::Error {
+    let in_use = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    });
+    if in_use {
+        let line = one_line(&e);
+        anyhow::anyhow!(
+            "{line} (another process is listening there; choose another address with {how})"
+        )
+    } else {
+        e
     }
 }
 

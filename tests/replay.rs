@@ -109,6 +109,7 @@ fn args(url: &str, file: &tempfile::NamedTempFile, thread: Option<&str>, rate: f
         thread: thread.map(str::to_string),
         file: file.path().to_path_buf(),
         rate,
+        token: None,
     }
 }
 
@@ -351,6 +352,7 @@ async fn replays_the_recorded_dotnet_baselines() {
             thread: Some("replayed".into()),
             file: file.clone(),
             rate: 0.0,
+            token: None,
         };
 
         let summary = run(&args).await.unwrap();

@@ -45,6 +45,7 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
         drain_ended: CancellationToken::new(),
         auth: None,
         cors: None,
+        bodies: http::BodyBudget::new(config.limits.bodies_in_flight_bytes),
         config: Arc::new(config),
     };
     (http::router(state.clone()), state)

@@ -51,6 +51,11 @@ pub struct ReplayArgs {
     /// fast as the broker answers.
     #[arg(long, default_value_t = 50.0)]
     pub rate: f64,
+    /// A bearer token allowing to publish to the thread, for a broker with authentication on
+    /// (PROTOCOL §8; e.g. from `agui-fanout token --publish <thread>`). Sent as
+    /// `Authorization: Bearer`.
+    #[arg(long, env = "AGUI_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// What a successful replay published.
@@ -155,7 +160,10 @@ pub enum ReplayError {
         source: reqwest::Error,
     },
     /// The broker refused an event with a non-2xx status (other than a `503` retried).
-    #[error("broker refused event {index} ({event_type}) with HTTP {status}: {body}")]
+    #[error(
+        "broker refused event {index} ({event_type}) with HTTP {status}: {body}{hint}",
+        hint = auth_hint(*.status)
+    )]
     Rejected {
         /// Position of the event in the file.
         index: usize,
@@ -214,7 +222,7 @@ pub async fn run(args: &ReplayArgs) -> Result<ReplaySummary, ReplayError> {
     if args.thread.is_some() {
         retarget(&mut events, thread.as_str());
     }
-    let publisher = Publisher::new(endpoint_base, &thread)?;
+    let publisher = Publisher::new(endpoint_base, &thread, args.token.clone())?;
 
     let mut ticker = period.map(|period| {
         let mut ticker = tokio::time::interval(period);
@@ -409,15 +417,18 @@ struct Publisher {
     endpoint: Url,
     /// `X-Producer-Id` of this run, so retried events are appended once.
     producer_id: String,
+    /// `--token`, sent as `Authorization: Bearer`.
+    token: Option<String>,
 }
 
 impl Publisher {
-    /// A publisher for `thread` on the broker at `base`.
+    /// A publisher for `thread` on the broker at `base`, sending `token` (if any) as a bearer
+    /// token.
     ///
     /// # Errors
     /// [`ReplayError::InvalidUrl`] if `base` cannot take a path (`base_url` already refuses
     /// those), [`ReplayError::Client`] if the HTTP client cannot be built.
-    fn new(base: Url, thread: &ThreadId) -> Result<Self, ReplayError> {
+    fn new(base: Url, thread: &ThreadId, token: Option<String>) -> Result<Self, ReplayError> {
         let mut endpoint = base.clone();
         endpoint
             .path_segments_mut()
@@ -438,6 +449,7 @@ impl Publisher {
             client,
             endpoint,
             producer_id: format!("agui-fanout-replay-{:016x}", rand::random::<u64>()),
+            token,
         })
     }
 
@@ -460,12 +472,16 @@ impl Publisher {
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         loop {
-            let response = self
+            let mut request = self
                 .client
                 .post(self.endpoint.clone())
                 .header(CONTENT_TYPE, "application/json")
                 .header("X-Producer-Id", &self.producer_id)
-                .header("X-Producer-Seq", (index + 1).to_string())
+                .header("X-Producer-Seq", (index + 1).to_string());
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let response = request
                 .body(body.clone())
                 .send()
                 .await
@@ -513,6 +529,16 @@ impl Publisher {
             endpoint: self.endpoint.to_string(),
             source,
         }
+    }
+}
+
+/// What to do about a refusal for authentication (401, 403), for [`ReplayError::Rejected`].
+fn auth_hint(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            " (the broker needs a token allowing to publish to this thread: --token or AGUI_TOKEN)"
+        }
+        _ => "",
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `token` subcommand (PROTOCOL §8): prints an HS256 token for development whose `agui` claim
-//! allows the given thread patterns. Signing is [`crate::http::auth::issue_hs256`].
+//! allows the given thread patterns, with the `aud` and `iss` a broker may require. Signing is
+//! [`crate::http::auth::DevToken`].
 
 use std::time::Duration;
 
@@ -18,13 +19,32 @@ pub struct TokenArgs {
     /// Lifetime, e.g. `1h`, `30m` ("0s": no `exp`).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
+    /// The token's `aud` claim: what the broker's `auth.audience` requires (default:
+    /// AGUI_AUTH__AUDIENCE; unset: no `aud`).
+    #[arg(long, env = "AGUI_AUTH__AUDIENCE")]
+    pub audience: Option<String>,
+    /// The token's `iss` claim: what the broker's `auth.issuer` requires (default:
+    /// AGUI_AUTH__ISSUER; unset: no `iss`).
+    #[arg(long, env = "AGUI_AUTH__ISSUER")]
+    pub issuer: Option<String>,
 }
 
-/// Signs the token `args` describe (a zero `ttl`: no `exp`).
+/// Signs the token `args` describe (a zero `ttl`: no `exp`; an empty audience or issuer: no
+/// such claim, as the broker's empty settings mean).
 ///
 /// # Errors
 /// The `jsonwebtoken` crate's, when signing fails.
 pub fn run(args: &TokenArgs) -> Result<String, jsonwebtoken::errors::Error> {
     let ttl = (!args.ttl.is_zero()).then_some(args.ttl);
-    crate::http::auth::issue_hs256(&args.secret, &args.subscribe, &args.publish, ttl)
+    fn claim(v: &Option<String>) -> Option<&str> {
+        v.as_deref().filter(|v| !v.is_empty())
+    }
+    crate::http::auth::DevToken {
+        subscribe: &args.subscribe,
+        publish: &args.publish,
+        ttl,
+        audience: claim(&args.audience),
+        issuer: claim(&args.issuer),
+    }
+    .sign_hs256(&args.secret)
 }

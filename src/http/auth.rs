@@ -340,8 +340,9 @@ impl Auth {
 }
 
 /// Signs an HS256 token with `secret` whose `agui` claim allows `subscribe` and `publish`
-/// (patterns, as above), expiring after `ttl` (`None`: no `exp`). For tests and development
-/// (`agui-fanout token`); production tokens come from the application's own issuer.
+/// (patterns, as above), expiring after `ttl` (`None`: no `exp`), without `aud` or `iss`. For
+/// tests and development (`agui-fanout token`); production tokens come from the application's
+/// own issuer.
 ///
 /// # Errors
 /// The `jsonwebtoken` crate's, when signing fails.
@@ -351,18 +352,59 @@ pub fn issue_hs256(
     publish: &[String],
     ttl: Option<Duration>,
 ) -> Result<String, jsonwebtoken::errors::Error> {
-    let mut claims = serde_json::json!({"agui": {"subscribe": subscribe, "publish": publish}});
-    if let Some(ttl) = ttl {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        claims["exp"] = (now + ttl).as_secs().into();
+    DevToken {
+        subscribe,
+        publish,
+        ttl,
+        audience: None,
+        issuer: None,
     }
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(Algorithm::HS256),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
-    )
+    .sign_hs256(secret)
+}
+
+/// The claims of a development token (`agui-fanout token`): what it allows, how long, and the
+/// `aud` and `iss` a broker with `auth.audience` / `auth.issuer` set requires.
+#[derive(Debug, Clone, Copy)]
+pub struct DevToken<'a> {
+    /// Thread patterns it may subscribe to.
+    pub subscribe: &'a [String],
+    /// Thread patterns it may publish to.
+    pub publish: &'a [String],
+    /// Lifetime (`None`: no `exp`).
+    pub ttl: Option<Duration>,
+    /// The `aud` claim (`None`: none).
+    pub audience: Option<&'a str>,
+    /// The `iss` claim (`None`: none).
+    pub issuer: Option<&'a str>,
+}
+
+impl DevToken<'_> {
+    /// Signs the token with the HS256 key `secret`.
+    ///
+    /// # Errors
+    /// The `jsonwebtoken` crate's, when signing fails.
+    pub fn sign_hs256(&self, secret: &str) -> Result<String, jsonwebtoken::errors::Error> {
+        let mut claims = serde_json::json!({
+            "agui": {"subscribe": self.subscribe, "publish": self.publish}
+        });
+        if let Some(ttl) = self.ttl {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            claims["exp"] = (now + ttl).as_secs().into();
+        }
+        if let Some(aud) = self.audience {
+            claims["aud"] = aud.into();
+        }
+        if let Some(iss) = self.issuer {
+            claims["iss"] = iss.into();
+        }
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+    }
 }
 
 /// Whether `pattern` (a thread id, or a prefix ending in `*`) covers `thread`.

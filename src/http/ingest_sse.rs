@@ -19,7 +19,8 @@
 //!   a CR (it could start a CRLF), so a stream whose last line ends with a CR would lose its
 //!   last event.
 
-use super::publish::{count_published, reply, too_large};
+use super::body::too_large;
+use super::publish::{count_published, reply};
 use super::{ApiError, AppState};
 use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::fold::Rejection;

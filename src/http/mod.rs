@@ -7,15 +7,18 @@
 //! bytes `sse` encodes).
 
 pub mod auth;
+mod body;
 pub mod conn;
 pub mod cors;
 mod error;
+mod head;
 mod ingest_sse;
 mod ops;
 mod publish;
 mod snapshot;
 mod subscribe;
 
+pub use body::BodyBudget;
 pub use error::ApiError;
 
 use crate::config::Config;
@@ -58,6 +61,8 @@ pub struct AppState {
     /// The CORS layer ([`cors::layer`]); `None`: CORS off. Behind an `Arc`: every connection's
     /// task holds a copy of the state, and the layer is a few hundred bytes (idle memory).
     pub cors: Option<Arc<tower_http::cors::CorsLayer>>,
+    /// The node's budget for request bodies read whole (`limits.bodies_in_flight_bytes`).
+    pub bodies: BodyBudget,
 }
 
 impl AppState {

@@ -4,6 +4,7 @@
 //! saying how many were appended before it.
 
 use super::auth::Action;
+use super::body::{self, too_large};
 use super::{ApiError, AppState};
 use crate::event::{ThreadId, ValidEvent, validate_event, validate_value};
 use crate::ingest::Producer;
@@ -14,7 +15,6 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use bytes::Bytes;
 use serde_json::{Value, json};
 
 /// The body formats publish accepts, from `Content-Type` (parameters such as `charset` ignored).
@@ -106,10 +106,12 @@ async fn publish_inner(
     if format == BodyFormat::EventStream {
         return super::ingest_sse::ingest(state, &thread, body, producer).await;
     }
-    let bytes = read_body(body, state.config.limits.max_body_bytes).await?;
+    // Held (with its share of the node's body budget) until the publish is answered.
+    let held = body::read_whole(body, headers, &state.config.limits, &state.bodies).await?;
+    let bytes = &held.bytes;
     let events = match format {
-        BodyFormat::Json => parse_json_body(&bytes, &thread, state.config.limits.max_event_bytes)?,
-        _ => parse_ndjson_body(&bytes, &thread, state.config.limits.max_event_bytes)?,
+        BodyFormat::Json => parse_json_body(bytes, &thread, state.config.limits.max_event_bytes)?,
+        _ => parse_ndjson_body(bytes, &thread, state.config.limits.max_event_bytes)?,
     };
     if events.is_empty() {
         return Err(ApiError::invalid_event("the body holds no event", None));
@@ -198,32 +200,6 @@ pub(super) fn count_published(events: &[ValidEvent]) {
     for e in events {
         metrics::counter!(m::PUBLISHED, "type" => e.event_type.as_str()).increment(1);
     }
-}
-
-pub(super) fn too_large(what: &str, limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        format!("{what} exceeds the limit of {limit} bytes"),
-    )
-}
-
-/// Reads the whole body, refusing more than `limit` bytes with 413.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(err) = source {
-            if err.is::<http_body_util::LengthLimitError>() {
-                return too_large("the request body", limit);
-            }
-            source = err.source();
-        }
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "body_error",
-            format!("could not read the body: {e}"),
-        )
-    })
 }
 
 fn check_size(ev: &ValidEvent, index: Option<usize>, limit: usize) -> Result<(), ApiError> {

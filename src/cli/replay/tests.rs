@@ -166,7 +166,7 @@ fn endpoint_joins_the_base_path() {
         ("http://h:1/p/", "http://h:1/p/v1/threads/t:1/events"),
         ("http://h:1/p", "http://h:1/p/v1/threads/t:1/events"),
     ] {
-        let publisher = Publisher::new(base_url(base).unwrap(), &thread).unwrap();
+        let publisher = Publisher::new(base_url(base).unwrap(), &thread, None).unwrap();
         assert_eq!(publisher.endpoint.as_str(), want);
     }
 }
