@@ -165,8 +165,9 @@ impl Ingest {
     ///
     /// # Errors
     /// [`IngestError::Rejected`] with the first offending event (nothing appended);
-    /// [`IngestError::Log`] when the backend fails (nothing appended, or, for a timeout, not
-    /// known: a producer retrying with the same numbers is safe).
+    /// [`IngestError::Log`] when the backend fails: nothing appended, except for
+    /// [`LogError::OutcomeUnknown`] (the append was sent and could not be settled: it may be in
+    /// the log; a producer retrying with the same numbers is safe).
     pub async fn append(
         &self,
         thread: &ThreadId,
@@ -290,7 +291,7 @@ impl Ingest {
                 Ok(None)
             }
             Err(e) => {
-                // Unknown whether it was appended (timeout): reload next time.
+                // Not appended, or not known (`OutcomeUnknown`): reload next time.
                 c.at = None;
                 Err(e.into())
             }
