@@ -267,9 +267,7 @@ impl Ingest {
             Err(mut rejection) => {
                 c.at = Some((head, fold));
                 // The index counts from the batch as given, its duplicates included.
-                let (Rejection::Order { index, .. } | Rejection::Patch { index, .. }) =
-                    &mut rejection;
-                *index += skip;
+                *rejection.index_mut() += skip;
                 return Err(rejection.into());
             }
         };

@@ -212,6 +212,18 @@ impl From<IngestError> for ApiError {
             .at(index)
             .field(Some(format!("delta[{}]", error.op_index)))
             .with("operation", json!(error.op_index)),
+            IngestError::Rejected(Rejection::Ambiguous { index, error }) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "state_delta_ambiguous_path",
+                format!(
+                    "operation {} of the patch: `{}` {:?} {}; clients would disagree on it",
+                    error.op_index, error.member, error.pointer, error.reason
+                ),
+            )
+            .at(index)
+            .field(Some(format!("delta[{}].{}", error.op_index, error.member)))
+            .with("operation", json!(error.op_index))
+            .with("pointer", json!(error.pointer)),
         }
     }
 }
