@@ -66,6 +66,7 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     let mut redis = RedisLogConfig::new(config.redis_url.clone());
     redis.retention = retention;
     redis.block = config.redis_block;
+    redis.outcome_timeout = config.redis_outcome_timeout;
     Ok(Arc::new(RedisLog::connect(redis).await?))
 }
 

@@ -17,6 +17,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",
     "redis_url",
     "redis_block",
+    "redis_outcome_timeout",
     "strict_order",
     "insecure",
     "auth",
@@ -53,6 +54,13 @@ pub struct Config {
     /// notes. At least 1 ms.
     #[serde(with = "duration")]
     pub redis_block: Duration,
+    /// How long a publish whose append reply Redis did not give in time (past the 2 s
+    /// operation timeout, or a connection lost after sending) may spend finding out, on
+    /// another connection, whether the append ran, before it answers 503
+    /// `append_outcome_unknown` (humantime, e.g. `"5s"`; `"0s"`: answer that at once;
+    /// PROTOCOL §2 "Unknown outcomes").
+    #[serde(with = "humantime_serde")]
+    pub redis_outcome_timeout: Duration,
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
     /// `STATE_DELTA` that does not apply to the thread's state (PROTOCOL §2). Default on.
     pub strict_order: bool,
@@ -240,6 +248,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redis_url: String::new(),
             redis_block: Duration::from_secs(1),
+            redis_outcome_timeout: Duration::from_secs(5),
             strict_order: true,
             insecure: false,
             auth: AuthConfig::default(),

@@ -165,8 +165,9 @@ impl Ingest {
     ///
     /// # Errors
     /// [`IngestError::Rejected`] with the first offending event (nothing appended);
-    /// [`IngestError::Log`] when the backend fails (nothing appended, or, for a timeout, not
-    /// known: a producer retrying with the same numbers is safe).
+    /// [`IngestError::Log`] when the backend fails: nothing appended, except for
+    /// [`LogError::OutcomeUnknown`] (the append was sent and could not be settled: it may be in
+    /// the log; a producer retrying with the same numbers is safe).
     pub async fn append(
         &self,
         thread: &ThreadId,
@@ -266,9 +267,7 @@ impl Ingest {
             Err(mut rejection) => {
                 c.at = Some((head, fold));
                 // The index counts from the batch as given, its duplicates included.
-                let (Rejection::Order { index, .. } | Rejection::Patch { index, .. }) =
-                    &mut rejection;
-                *index += skip;
+                *rejection.index_mut() += skip;
                 return Err(rejection.into());
             }
         };
@@ -290,7 +289,7 @@ impl Ingest {
                 Ok(None)
             }
             Err(e) => {
-                // Unknown whether it was appended (timeout): reload next time.
+                // Not appended, or not known (`OutcomeUnknown`): reload next time.
                 c.at = None;
                 Err(e.into())
             }

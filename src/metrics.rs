@@ -46,6 +46,9 @@ pub const BACKEND_UP: &str = "agui_backend_up";
 /// Counter: runs this node closed with a `RUN_ERROR` (`code: "orphaned"`) after
 /// `runs.orphan_timeout` without an event (PROTOCOL §2 "Orphaned runs").
 pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
+/// Counter: appends whose reply was lost and that were settled afterwards, by `outcome`
+/// (`appended`, `not_appended`, `unknown`; PROTOCOL §2 "Unknown outcomes").
+pub const APPEND_OUTCOMES: &str = "agui_append_outcomes_settled_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -154,5 +157,9 @@ fn describe() {
     describe_counter!(
         RUNS_ORPHANED,
         "Runs closed with RUN_ERROR (orphaned) after runs.orphan_timeout without an event."
+    );
+    describe_counter!(
+        APPEND_OUTCOMES,
+        "Appends whose reply was lost, by what settling them found."
     );
 }

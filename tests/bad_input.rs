@@ -684,11 +684,19 @@ async fn publish_when_back(base: &str, thread: &str, events: &[Value]) -> Value 
     }
 }
 
-/// While Redis is unreachable: publish 503 + `Retry-After` + JSON; `/readyz` 503; `/healthz`
-/// 200; a new stream still opens with 200 (PROTOCOL §4.3: never a 4xx for `EventSource`).
-/// A resume (`Last-Event-ID: resume_id`) opened meanwhile also gets 200 and an SSE stream that
-/// ends, so an `EventSource` retries later.
-async fn assert_outage_answers(base: &str, thread: &str, event: &Value, resume_id: &str) {
+/// While Redis is unreachable: publish 503 + JSON with one of `codes` (`backend_unavailable`
+/// with `Retry-After`: nothing was appended; `append_outcome_unknown` without it: the append
+/// was sent and may run, PROTOCOL §2 "Unknown outcomes"); `/readyz` 503; `/healthz` 200; a new
+/// stream still opens with 200 (PROTOCOL §4.3: never a 4xx for `EventSource`). A resume
+/// (`Last-Event-ID: resume_id`) opened meanwhile also gets 200 and an SSE stream that ends, so
+/// an `EventSource` retries later.
+async fn assert_outage_answers(
+    base: &str,
+    thread: &str,
+    event: &Value,
+    resume_id: &str,
+    codes: &[&str],
+) {
     let fresh = broker::thread_id("outage-new");
     let batch = json!([event]);
     let (publish, ready, health, new_stream, mut resume) = tokio::join!(
@@ -699,17 +707,24 @@ async fn assert_outage_answers(base: &str, thread: &str, event: &Value, resume_i
         sse_client::open_raw(base, thread, "", Some(resume_id)),
     );
     publish.error(StatusCode::SERVICE_UNAVAILABLE, "publish during the outage");
-    assert_eq!(publish.code(), "backend_unavailable", "{}", publish.text);
+    assert!(codes.contains(&publish.code()), "{}", publish.text);
     let retry_after = publish
         .headers
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    assert!(
-        retry_after.is_some_and(|s| s >= 1),
-        "503 carries Retry-After in seconds: {:?}",
-        publish.headers.get("retry-after")
-    );
+    if publish.code() == "backend_unavailable" {
+        assert!(
+            retry_after.is_some_and(|s| s >= 1),
+            "503 carries Retry-After in seconds: {:?}",
+            publish.headers.get("retry-after")
+        );
+    } else {
+        assert_eq!(
+            retry_after, None,
+            "an unknown outcome is no invitation to retry"
+        );
+    }
     ready.error(StatusCode::SERVICE_UNAVAILABLE, "/readyz during the outage");
     assert_eq!(health.status, StatusCode::OK, "/healthz during the outage");
     assert_eq!(
@@ -745,7 +760,11 @@ async fn wait_ready(base: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_with_data_loss() {
     let mut redis = RedisServer::start().await;
-    let server = broker::start(|c| c.redis_url = redis.url()).await;
+    let server = broker::start(|c| {
+        c.redis_url = redis.url();
+        c.redis_outcome_timeout = Duration::from_secs(1);
+    })
+    .await;
     let base = broker::base(server.addr);
     let t = broker::thread_id("outage-lost");
 
@@ -765,7 +784,10 @@ async fn redis_outage_with_data_loss() {
     let old_id = got[2].0.clone();
 
     redis.kill();
-    assert_outage_answers(&base, &t, &custom(3), &old_id).await;
+    // The broker's connection died with Redis: a publish written to it cannot be settled
+    // (unknown), one that finds the connection gone was not appended (unavailable).
+    let codes = ["backend_unavailable", "append_outcome_unknown"];
+    assert_outage_answers(&base, &t, &custom(3), &old_id, &codes).await;
     match next_data(&mut stream, Duration::from_millis(500)).await {
         Next::Idle => {}
         other => panic!("the open stream must stay open during the outage, got {other:?}"),
@@ -852,7 +874,11 @@ async fn redis_outage_with_data_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_without_data_loss() {
     let redis = RedisServer::start().await;
-    let server = broker::start(|c| c.redis_url = redis.url()).await;
+    let server = broker::start(|c| {
+        c.redis_url = redis.url();
+        c.redis_outcome_timeout = Duration::from_secs(1);
+    })
+    .await;
     let base = broker::base(server.addr);
     let t = broker::thread_id("outage-kept");
 
@@ -868,9 +894,11 @@ async fn redis_outage_without_data_loss() {
     let last_before = got[2].0.clone();
 
     redis.pause();
-    // A publish that times out may still be applied when Redis thaws (the broker cannot know):
-    // it is answered 503, and whatever the log holds afterwards is what the stream must carry.
-    assert_outage_answers(&base, &t, &custom(3), &last_before).await;
+    // A publish that times out may still be applied when Redis thaws, and a frozen Redis
+    // cannot settle it: 503 `append_outcome_unknown`, and whatever the log holds afterwards
+    // is what the stream must carry.
+    let codes = ["append_outcome_unknown"];
+    assert_outage_answers(&base, &t, &custom(3), &last_before, &codes).await;
     match next_data(&mut stream, Duration::from_millis(300)).await {
         Next::Idle => {}
         other => panic!("the open stream must stay open during the outage, got {other:?}"),

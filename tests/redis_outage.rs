@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 fn outage_config(server: &RedisServer) -> RedisLogConfig {
     RedisLogConfig {
         op_timeout: Duration::from_millis(500),
+        outcome_timeout: Duration::from_millis(500),
         block: Duration::from_millis(500),
         retention: UNBOUNDED,
         ..RedisLogConfig::new(server.url())
@@ -27,6 +28,24 @@ fn outage_config(server: &RedisServer) -> RedisLogConfig {
 
 fn assert_unavailable<T: std::fmt::Debug>(r: Result<T, LogError>, started: Instant) {
     assert!(matches!(r, Err(LogError::Unavailable(_))), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// An append that failed, fast, without claiming it appended anything: `Unavailable` (it did
+/// not run) or `OutcomeUnknown` (it was written to a connection Redis dropped, and no Redis was
+/// there to say whether it ran; PROTOCOL §2 "Unknown outcomes").
+fn assert_append_failed<T: std::fmt::Debug>(r: Result<T, LogError>, started: Instant) {
+    assert!(
+        matches!(
+            r,
+            Err(LogError::Unavailable(_) | LogError::OutcomeUnknown(_))
+        ),
+        "{r:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "took {:?}",
@@ -59,7 +78,7 @@ async fn redis_outage_and_restart_without_data() {
 
     server.kill();
     let started = Instant::now();
-    assert_unavailable(log.append(&thread, &events(3..4)).await, started);
+    assert_append_failed(log.append(&thread, &events(3..4)).await, started);
     let started = Instant::now();
     assert_unavailable(log.head(&thread).await, started);
     let started = Instant::now();
@@ -129,7 +148,8 @@ async fn redis_tail_continues_after_connection_loss() {
     assert!(tail.drain_for(Duration::from_millis(300)).await.is_empty());
 }
 
-/// A frozen Redis (accepts nothing, answers nothing): calls return within the deadline.
+/// A frozen Redis (accepts nothing, answers nothing): calls return within their deadlines; the
+/// append, sent to Redis, is reported with an unknown outcome (it runs once Redis thaws).
 #[tokio::test]
 async fn redis_frozen_server_never_hangs() {
     let server = RedisServer::start().await;
@@ -138,7 +158,12 @@ async fn redis_frozen_server_never_hangs() {
     log.append(&thread, &events(0..1)).await.unwrap();
     server.pause();
     let started = Instant::now();
-    assert_unavailable(log.append(&thread, &events(1..2)).await, started);
+    let frozen = log.append(&thread, &events(1..2)).await;
+    assert!(
+        matches!(frozen, Err(LogError::OutcomeUnknown(_))),
+        "{frozen:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
     let started = Instant::now();
     assert_unavailable(log.ping().await, started);
     server.resume();

@@ -39,7 +39,7 @@ mod stream;
 mod thread;
 
 pub use load::{catch_up, load_fold};
-pub use patch::{PatchError, apply_patch};
+pub use patch::{AmbiguousPath, DeltaRefusal, PatchError, apply_patch};
 pub use run::{Run, RunStatus};
 pub use thread::{Rejection, ThreadFold};
 
@@ -203,6 +203,17 @@ impl Fold {
         Applied::Folded
     }
 
+    /// A `STATE_DELTA` checked as a publish checks it ([`apply_state_delta_portable`]): applied
+    /// when it applies and its pointers are portable, else refused with the state unchanged.
+    ///
+    /// # Errors
+    /// The first [`DeltaRefusal`].
+    pub(crate) fn state_delta_portable(&mut self, event: &Value) -> Result<(), DeltaRefusal> {
+        apply_state_delta_portable(&mut self.state, event)?;
+        self.state_known = true;
+        Ok(())
+    }
+
     /// `STATE_DELTA`: the client's `applyPatch(state, delta, true, false)` — atomic, and a
     /// failure leaves the state as it was ([`patch`]). Operations with an unknown `op` are
     /// dropped first, as the client's enforcement stage drops them; error indices still
@@ -224,6 +235,19 @@ impl Fold {
 /// unchanged).
 pub(crate) fn apply_state_delta(state: &mut Value, event: &Value) -> Result<(), PatchError> {
     patch_ops(event.get("delta")).and_then(|ops| patch::apply_atomic(state, ops))
+}
+
+/// [`apply_state_delta`] for a publish: also refuses an operation whose `path` or `from` JSON
+/// Patch clients disagree on (PROTOCOL §2 "Portable patch paths"), before it is applied.
+///
+/// # Errors
+/// The first [`DeltaRefusal`]; `state` is unchanged.
+pub(crate) fn apply_state_delta_portable(
+    state: &mut Value,
+    event: &Value,
+) -> Result<(), DeltaRefusal> {
+    let ops = patch_ops(event.get("delta"))?;
+    patch::apply_atomic_portable(state, ops)
 }
 
 /// The `(index, operation)` list of a patch, without operations whose `op` the client's

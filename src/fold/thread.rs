@@ -3,7 +3,7 @@
 //! (PROTOCOL §5). One [`ThreadFold`] per followed thread in the hub, one per thread with recent
 //! publishes in the ingest cache.
 
-use super::{Applied, Fold, PatchError};
+use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError};
 use crate::event::order::{OrderChecker, OrderViolation};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -47,6 +47,43 @@ pub enum Rejection {
         /// The failing operation.
         error: PatchError,
     },
+    /// Event `index` is a `STATE_DELTA` with an operation whose `path` or `from` JSON Patch
+    /// clients disagree on (HTTP 422; PROTOCOL §2 "Portable patch paths").
+    #[error("event {index}: {error}")]
+    Ambiguous {
+        /// Index in the batch.
+        index: usize,
+        /// The operation and its pointer.
+        error: AmbiguousPath,
+    },
+}
+
+impl Rejection {
+    /// The index in the batch of the refused event.
+    pub fn index(&self) -> usize {
+        match self {
+            Rejection::Order { index, .. }
+            | Rejection::Patch { index, .. }
+            | Rejection::Ambiguous { index, .. } => *index,
+        }
+    }
+
+    /// The refused event's index, to shift it (a caller that checked part of a batch).
+    pub fn index_mut(&mut self) -> &mut usize {
+        match self {
+            Rejection::Order { index, .. }
+            | Rejection::Patch { index, .. }
+            | Rejection::Ambiguous { index, .. } => index,
+        }
+    }
+
+    /// The rejection of event `index` for a `STATE_DELTA` refused as `refusal` says.
+    fn delta(index: usize, refusal: DeltaRefusal) -> Self {
+        match refusal {
+            DeltaRefusal::NotApplicable(error) => Rejection::Patch { index, error },
+            DeltaRefusal::Ambiguous(error) => Rejection::Ambiguous { index, error },
+        }
+    }
 }
 
 impl ThreadFold {
@@ -148,8 +185,8 @@ impl ThreadFold {
                     }
                     Some("STATE_DELTA") => {
                         let st = state.get_or_insert_with(|| self.fold.state().clone());
-                        super::apply_state_delta(st, ev)
-                            .map_err(|error| Rejection::Patch { index, error })?;
+                        super::apply_state_delta_portable(st, ev)
+                            .map_err(|refusal| Rejection::delta(index, refusal))?;
                     }
                     _ => {}
                 }
@@ -197,8 +234,12 @@ impl ThreadFold {
                 .check_expanded(event)
                 .map_err(|violation| Rejection::Order { index, violation })?;
             for ev in &expanded {
-                if let Applied::StateDelta(Err(error)) = next.fold.apply(ev) {
-                    return Err(Rejection::Patch { index, error });
+                if ev.get("type").and_then(Value::as_str) == Some("STATE_DELTA") {
+                    next.fold
+                        .state_delta_portable(ev)
+                        .map_err(|refusal| Rejection::delta(index, refusal))?;
+                } else {
+                    next.fold.apply(ev);
                 }
                 next.note_run_end(ev);
             }

@@ -140,6 +140,22 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// 503 `append_outcome_unknown` (PROTOCOL §2 "Unknown outcomes"): the append was sent, its
+    /// reply lost, and the log backend did not say in time whether it ran. No `Retry-After`:
+    /// unlike `backend_unavailable`, this is no invitation to retry; only a retry carrying
+    /// `X-Producer-Id`/`X-Producer-Seq` is safe (it is deduplicated).
+    pub fn outcome_unknown(detail: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "append_outcome_unknown",
+            format!(
+                "the log backend did not answer in time and it is unknown whether the events \
+                 were appended ({detail}); only a retry with X-Producer-Id and X-Producer-Seq \
+                 is safe (it is deduplicated), a retry without them may append the events twice"
+            ),
+        )
+    }
+
     /// Metric label for `agui_events_rejected_total{reason}`: the error code, or for an
     /// order violation the rule broken (a bounded set).
     pub fn reason(&self) -> &'static str {
@@ -158,6 +174,7 @@ impl From<LogError> for ApiError {
             LogError::Unavailable(m) => {
                 ApiError::unavailable(format!("log backend unavailable: {m}"))
             }
+            LogError::OutcomeUnknown(m) => ApiError::outcome_unknown(m),
             LogError::Gap(g) => ApiError::new(StatusCode::CONFLICT, "gap", g.to_string()),
             LogError::Conflict(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -195,6 +212,18 @@ impl From<IngestError> for ApiError {
             .at(index)
             .field(Some(format!("delta[{}]", error.op_index)))
             .with("operation", json!(error.op_index)),
+            IngestError::Rejected(Rejection::Ambiguous { index, error }) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "state_delta_ambiguous_path",
+                format!(
+                    "operation {} of the patch: `{}` {:?} {}; clients would disagree on it",
+                    error.op_index, error.member, error.pointer, error.reason
+                ),
+            )
+            .at(index)
+            .field(Some(format!("delta[{}].{}", error.op_index, error.member)))
+            .with("operation", json!(error.op_index))
+            .with("pointer", json!(error.pointer)),
         }
     }
 }

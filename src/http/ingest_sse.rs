@@ -23,7 +23,6 @@ use super::body::too_large;
 use super::publish::{count_published, reply};
 use super::{ApiError, AppState};
 use crate::event::{ThreadId, ValidEvent, validate_event};
-use crate::fold::Rejection;
 use crate::ingest::{Appended, Ingest, IngestError, Producer};
 use crate::log::EventId;
 use axum::Json;
@@ -192,8 +191,7 @@ impl Tally {
             Err(IngestError::Rejected(r)) => r,
             Err(e) => return Err(ApiError::from(e).offset_index(before)),
         };
-        let (Rejection::Order { index, .. } | Rejection::Patch { index, .. }) = &refused;
-        let valid = (*index).min(batch.len());
+        let valid = refused.index().min(batch.len());
         let refusal = ApiError::from(IngestError::Rejected(refused)).offset_index(before);
         if valid > 0 {
             match ingest

@@ -410,6 +410,12 @@ pub enum LogError {
     /// A conditional append found the log elsewhere than expected; nothing was appended.
     #[error("the log moved: its head is now {0:?}")]
     Conflict(LogHead),
+    /// An append was sent but its reply was lost (a timeout, a dropped connection), and
+    /// asking the backend afterwards (within its bound) did not settle whether it ran: the
+    /// events may be in the log or not (HTTP 503 `append_outcome_unknown`; PROTOCOL §2).
+    /// Only appends return it; only a retry that is deduplicated (a producer mark) is safe.
+    #[error("the append's outcome is unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// What [`EventLog::append_if`] stores besides the events, in the same atomic step.
@@ -503,9 +509,13 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Appends `events` atomically (all or nothing) and returns their ids, in order.
     /// An empty batch appends nothing and returns no ids (and costs no backend call).
+    /// When the backend's reply is lost, the backend settles what happened before returning
+    /// (the ids if it ran, else it makes sure it never runs).
     ///
     /// # Errors
     /// [`LogError::Unavailable`] when the backend cannot be reached; nothing was appended.
+    /// [`LogError::OutcomeUnknown`] when the reply was lost and what happened could not be
+    /// settled: the events may or may not be in the log.
     async fn append(
         &self,
         thread: &ThreadId,
@@ -531,7 +541,8 @@ pub trait EventLog: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`LogError::Conflict`] with the current head when the log moved (nothing appended; the
-    /// caller catches up and retries); [`LogError::Unavailable`] as for `append`.
+    /// caller catches up and retries); [`LogError::Unavailable`] and
+    /// [`LogError::OutcomeUnknown`] as for `append`.
     async fn append_if(
         &self,
         thread: &ThreadId,

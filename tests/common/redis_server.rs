@@ -2,7 +2,8 @@
 //! (outages, restarts without data), which the shared test server must never suffer.
 //!
 //! Started on a free loopback port with no persistence (`--save "" --appendonly no`), so a
-//! restart comes back empty, like a flushed or failed-over Redis. Killed on drop.
+//! restart comes back empty, like a flushed or failed-over Redis, and with `DEBUG` allowed
+//! from loopback (`DEBUG SLEEP` stalls it). Killed on drop.
 //! The binary is `redis-server` from `PATH`, or `AGUI_TEST_REDIS_SERVER` if set.
 #![allow(dead_code)]
 
@@ -176,6 +177,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdin(Stdio::null())

@@ -1,8 +1,10 @@
 // Redis paused (SIGSTOP) for 10 s, longer than the broker's operation timeout, then resumed.
 // Two producers publish meanwhile, each to its own thread: one with idempotency headers, one
-// without. Both retry every `503` after its `Retry-After`, as documented; a `503` means nothing
-// was appended, so neither may leave a duplicate (issue 13 item 4: the append scripts the
-// timed-out requests had sent ran when Redis resumed). Streams stay open through the pause.
+// without. Both retry their `503`s after `Retry-After`, as documented: a `503` means nothing
+// was appended, except `append_outcome_unknown` (the broker could not settle an append Redis
+// took, within 2 s + 5 s of a 10 s pause), which only the idempotent producer retries. Neither
+// may leave a duplicate (issue 13 item 4: the append scripts the timed-out requests had sent
+// run when Redis resumes). Streams stay open through the pause.
 
 import { setTimeout as sleep } from "node:timers/promises";
 import { Producer } from "../lib/producer.mjs";

@@ -2,7 +2,9 @@
 // an agent streams), retried on `503` after its `Retry-After`, retried on a transport error
 // (the balancer sends the retry to a live node), with `X-Producer-Id`/`X-Producer-Seq` when
 // `idempotent` (the documented way to make retries safe), without them otherwise (the docs
-// say a 503 means nothing was appended, so a plain retry must be safe too).
+// say a 503 means nothing was appended, so a plain retry must be safe too). The one exception
+// is `503 append_outcome_unknown` (the append may be in the log): only an idempotent producer
+// retries it; a plain one gives the event up, as PROTOCOL §2 "Unknown outcomes" says.
 //
 // It publishes one valid AG-UI run: `RUN_STARTED`, `TEXT_MESSAGE_START`, then steps cycling
 // through a `CUSTOM` event numbered by `value.seq` (what the checker counts: never coalesced,
@@ -94,8 +96,13 @@ export class Producer {
         // Not JSON: kept as text below.
       }
       if (res.status === 200) return { ok: body };
+      if (res.status === 503 && body?.error?.code === "append_outcome_unknown" && !this.idempotent) {
+        // Appended or not, nobody knows: without idempotency headers a retry may duplicate it.
+        return { gaveUp: "503 append_outcome_unknown" };
+      }
       if (res.status === 503) {
-        // PROTOCOL §2: backend_unavailable, contended, draining: retry after Retry-After.
+        // PROTOCOL §2: backend_unavailable, contended, draining, and for an idempotent
+        // producer append_outcome_unknown: retry after Retry-After.
         const after = Number(res.headers.get("retry-after") ?? "1");
         last = `503 ${body?.error?.code ?? text.slice(0, 80)}`;
         await sleep(Math.min(Math.max(after, 0.1), 5) * 1000);

@@ -31,6 +31,11 @@
 //! Running 420 000 random patches through the published library and [`apply_patch`] agrees
 //! everywhere except in those cases (all of which RFC 6902 also rejects).
 //!
+//! A publish applies patches with [`apply_atomic_portable`], which also refuses pointers that
+//! JSON Patch clients disagree on (`portable.rs`: `__proto__`, `constructor/prototype`,
+//! non-canonical array indices, inherited `Object.prototype` names); everything else (the log's
+//! fold, coalescing) applies them as the JavaScript client does.
+//!
 //! The key order of objects follows JavaScript insertion order (new keys last, `remove`
 //! keeps the others in place), except that JavaScript also lists integer-like keys first; JSON
 //! object order carries no meaning, so that one is not emulated.
@@ -40,6 +45,7 @@ use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation, R
 use serde_json::Value;
 
 mod js;
+mod portable;
 mod walk;
 
 pub(crate) use js::js_equals;
@@ -104,16 +110,81 @@ where
     I: IntoIterator<Item = (usize, &'a Value)>,
     I::IntoIter: Clone,
 {
+    atomic(doc, ops, apply_indexed)
+}
+
+/// Why a publish refuses a patch ([`apply_atomic_portable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeltaRefusal {
+    /// An operation does not apply (as for [`apply_patch`]).
+    #[error(transparent)]
+    NotApplicable(#[from] PatchError),
+    /// An operation's pointer is one JSON Patch clients disagree on.
+    #[error(transparent)]
+    Ambiguous(#[from] AmbiguousPath),
+}
+
+/// An operation whose `path` or `from` JSON Patch clients disagree on (PROTOCOL §2 "Portable
+/// patch paths"): `__proto__`, `constructor/prototype`, a non-canonical array index, an
+/// inherited `Object.prototype` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("operation {op_index}: `{member}` {pointer:?} {reason}")]
+pub struct AmbiguousPath {
+    /// Index of the operation, in the patch as sent.
+    pub op_index: usize,
+    /// The operation's member holding the pointer: `path` or `from`.
+    pub member: &'static str,
+    /// The pointer as sent.
+    pub pointer: String,
+    /// What clients disagree on.
+    pub reason: String,
+}
+
+/// [`apply_atomic`] for a publish: before it is applied, each operation's `path` and `from`
+/// are checked against the document as the operations before it left it, and one that clients
+/// disagree on refuses the patch (nothing applied).
+///
+/// # Errors
+/// The first [`DeltaRefusal`].
+pub(crate) fn apply_atomic_portable<'a, I>(doc: &mut Value, ops: I) -> Result<(), DeltaRefusal>
+where
+    I: IntoIterator<Item = (usize, &'a Value)>,
+    I::IntoIter: Clone,
+{
+    atomic(doc, ops, |doc, index, raw| {
+        portable::check(doc, raw).map_err(|u| AmbiguousPath {
+            op_index: index,
+            member: u.member,
+            pointer: u.pointer,
+            reason: u.reason,
+        })?;
+        Ok(apply_indexed(doc, index, raw)?)
+    })
+}
+
+/// Runs `step` on each operation, all or nothing (see [`apply_atomic`] for when `doc` is
+/// cloned). `step` must fail without writing anything, except for a `move`.
+fn atomic<'a, I, E>(
+    doc: &mut Value,
+    ops: I,
+    mut step: impl FnMut(&mut Value, usize, &'a Value) -> Result<(), E>,
+) -> Result<(), E>
+where
+    I: IntoIterator<Item = (usize, &'a Value)>,
+    I::IntoIter: Clone,
+{
     let ops = ops.into_iter();
     let mut probe = ops.clone();
     match (probe.next(), probe.next()) {
         (None, _) => Ok(()),
-        (Some((_, op)), None) if op.get("op").and_then(Value::as_str) != Some("move") => {
-            apply_in_place(doc, ops)
+        (Some((index, op)), None) if op.get("op").and_then(Value::as_str) != Some("move") => {
+            step(doc, index, op)
         }
         _ => {
             let mut work = doc.clone();
-            apply_in_place(&mut work, ops)?;
+            for (index, op) in ops {
+                step(&mut work, index, op)?;
+            }
             *doc = work;
             Ok(())
         }
@@ -127,13 +198,18 @@ fn apply_in_place<'a>(
     ops: impl Iterator<Item = (usize, &'a Value)>,
 ) -> Result<(), PatchError> {
     for (index, raw) in ops {
-        apply_op(doc, raw).map_err(|fail| PatchError {
-            op_index: index,
-            code: fail.code,
-            message: fail.message,
-        })?;
+        apply_indexed(doc, index, raw)?;
     }
     Ok(())
+}
+
+/// [`apply_op`], its failure named by the operation's `index` as sent.
+fn apply_indexed(doc: &mut Value, index: usize, raw: &Value) -> Result<(), PatchError> {
+    apply_op(doc, raw).map_err(|fail| PatchError {
+        op_index: index,
+        code: fail.code,
+        message: fail.message,
+    })
 }
 
 /// A failed operation before its index is known.

@@ -4,7 +4,8 @@
 //! # Key and entry format (for producers that write to Redis directly, PROTOCOL §2)
 //!
 //! With the default prefix `agui`, thread `<threadId>` owns three keys in one hash slot (the
-//! `{threadId}` hash tag, so Redis Cluster keeps them together):
+//! `{threadId}` hash tag, so Redis Cluster keeps them together), and short-lived outcome keys
+//! in the same slot:
 //!
 //! - `agui:{<threadId>}:log`: a stream; one entry per AG-UI event, with one field `e` holding
 //!   the event as compact UTF-8 JSON (one object, `threadId` if present equal to the thread).
@@ -19,6 +20,22 @@
 //!   added) for the promoted checkpoint; `next_pos`, `next_events`, `next_ord` for the
 //!   pending one. It belongs to the epoch: whenever the broker creates a new epoch for the
 //!   thread, it deletes this key in the same script.
+//! - `agui:{<threadId>}:o:<token>`: a string, one per append (`<token>`: 32 random hex digits
+//!   drawn for it), written by the append script: `<epoch> <entry id>…`, living
+//!   `2 × (op_timeout + outcome_timeout)`; or `-`, a fence living 30 minutes (see "Unknown
+//!   outcomes").
+//!
+//! # Unknown outcomes
+//! An append whose reply is lost (`op_timeout` passed, or the connection failed after the
+//! script may have been sent) may still run: Redis may be stalled with the script in its
+//! input (SIGSTOP, `DEBUG SLEEP`, a long command), or may have run it and lost the
+//! connection. The append is settled before the broker answers: on another connection
+//! (retried, within `outcome_timeout`), `outcome.lua` returns the append's record (it ran: its
+//! ids) or fences the token, so that the append script, if it reaches Redis later, finds the
+//! key and appends nothing. What settles it is final either way. If Redis does not answer
+//! within `outcome_timeout`, the append's outcome is unknown ([`LogError::OutcomeUnknown`]).
+//! A refused connection or an error reply from Redis means the script did not run. The cost
+//! on every append: one `EXISTS` and one `SET … PX` in the same script.
 //!
 //! # Retention
 //! See [`Retention`]. An append that carries a checkpoint candidate (`append_if`), in the same
@@ -92,15 +109,18 @@ use super::{
     ResumeCheck, Retention, Tail, TailItem, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
-use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
+use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, Script, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
 use resp::{
-    ReadPage, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
-    parse_pos, parse_read_reply, string, unavailable,
+    ReadPage, Settled, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
+    parse_outcome_reply, parse_pos, parse_read_reply, string, unavailable,
 };
-use scripts::{AppendArgs, HeadArgs, Keys, ProducerArgs, ReadArgs, ScriptArgs, Scripts};
+use scripts::{
+    AppendArgs, AppendToken, HeadArgs, Keys, OutcomeArgs, ProducerArgs, ReadArgs, ScriptArgs,
+    Scripts,
+};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,13 +143,18 @@ pub struct RedisLogConfig {
     /// Largest number of entries the tail reads per thread per `XREAD` (`COUNT`).
     pub read_count: usize,
     /// Deadline of every append, read, head and ping (connecting included): past it the call
-    /// returns [`LogError::Unavailable`] instead of waiting for Redis.
+    /// returns [`LogError::Unavailable`] instead of waiting for Redis (an append is settled
+    /// first: `outcome_timeout`).
     pub op_timeout: Duration,
+    /// How long an append whose reply was lost (past `op_timeout`, or a connection that
+    /// failed after sending) may spend settling whether it ran, on another connection, before
+    /// it returns [`LogError::OutcomeUnknown`] (module docs, "Unknown outcomes").
+    pub outcome_timeout: Duration,
 }
 
 impl RedisLogConfig {
     /// The default settings for `url`: prefix `agui`, default retention, 1 s block, 512 entries
-    /// per read, 2 s operation timeout.
+    /// per read, 2 s operation timeout, 5 s to settle an append's lost reply.
     pub fn new(url: impl Into<String>) -> Self {
         RedisLogConfig {
             url: url.into(),
@@ -138,9 +163,26 @@ impl RedisLogConfig {
             block: Duration::from_secs(1),
             read_count: 512,
             op_timeout: Duration::from_secs(2),
+            outcome_timeout: Duration::from_secs(5),
         }
     }
+
+    /// How long an append's outcome record lives, in ms: twice the longest time after the
+    /// append was sent that the broker may still ask for it (`op_timeout + outcome_timeout`).
+    fn record_ttl_ms(&self) -> u64 {
+        let ms = (self.op_timeout + self.outcome_timeout).as_millis() * 2;
+        u64::try_from(ms.max(1)).unwrap_or(u64::MAX)
+    }
 }
+
+/// How long a fence (an append settled as "not appended") lives, in ms: longer than any
+/// sent command can still reach Redis (Linux gives up retransmitting after about 15 minutes,
+/// `tcp_retries2`). Fences are written only when a reply was lost, so they cost nothing in
+/// normal operation.
+const FENCE_TTL_MS: u64 = 30 * 60 * 1000;
+
+/// Pause between attempts to settle an append while Redis refuses connections.
+const SETTLE_RETRY: Duration = Duration::from_millis(100);
 
 impl Default for RedisLogConfig {
     /// [`RedisLogConfig::new`] with `redis://127.0.0.1:6379`.
@@ -163,6 +205,9 @@ struct Inner {
     scripts: Scripts,
     /// The append-note channel, `<prefix>:appended` ([`notify::channel`]).
     channel: String,
+    /// The connection appends are settled on (never the shared one, whose reply was lost),
+    /// opened on the first need and replaced after any error.
+    settler: tokio::sync::Mutex<Option<MultiplexedConnection>>,
 }
 
 impl RedisLog {
@@ -199,6 +244,7 @@ impl RedisLog {
                 channel: notify::channel(&config.prefix),
                 config,
                 scripts: Scripts::new(),
+                settler: tokio::sync::Mutex::new(None),
             }),
         };
         match log.ping().await {
@@ -250,18 +296,26 @@ impl RedisLog {
         op: &'static str,
         fut: impl Future<Output = Result<T, LogError>>,
     ) -> Result<T, LogError> {
+        self.timed_or(op, LogError::Unavailable, fut).await
+    }
+
+    /// [`RedisLog::timed`], with `lost` building the error of a call past `op_timeout`.
+    async fn timed_or<T>(
+        &self,
+        op: &'static str,
+        lost: fn(String) -> LogError,
+        fut: impl Future<Output = Result<T, LogError>>,
+    ) -> Result<T, LogError> {
         let started = Instant::now();
         let timeout = self.inner.config.op_timeout;
         let result = match tokio::time::timeout(timeout, fut).await {
             Ok(result) => result,
-            Err(_) => Err(LogError::Unavailable(format!(
-                "redis {op} timed out after {timeout:?}"
-            ))),
+            Err(_) => Err(lost(format!("redis {op} timed out after {timeout:?}"))),
         };
         metrics::histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => op)
             .record(started.elapsed().as_secs_f64());
         match &result {
-            Err(LogError::Unavailable(msg)) => {
+            Err(LogError::Unavailable(msg) | LogError::OutcomeUnknown(msg)) => {
                 metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => op).increment(1);
                 metrics::gauge!(BACKEND_UP).set(0.0);
                 tracing::debug!(op, error = %msg, "redis operation failed");
@@ -294,6 +348,107 @@ impl RedisLog {
     }
 }
 
+impl RedisLog {
+    /// Settles an append of `expected` events whose reply was lost (`why`), by its outcome key:
+    /// `outcome.lua` on the settling connection, retried until `outcome_timeout`. Counted in
+    /// `agui_append_outcomes_settled_total{outcome}`.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] when it did not run (and now never will: fenced);
+    /// [`LogError::OutcomeUnknown`] when Redis did not answer in time.
+    async fn settle(
+        &self,
+        outcome: &str,
+        expected: usize,
+        why: String,
+    ) -> Result<Vec<EventId>, LogError> {
+        let started = Instant::now();
+        let bound = self.inner.config.outcome_timeout;
+        let deadline = tokio::time::Instant::now() + bound;
+        let args = OutcomeArgs {
+            outcome,
+            fence_ttl_ms: FENCE_TTL_MS,
+        };
+        let mut last = String::from("no answer");
+        let settled = loop {
+            let attempt = tokio::time::timeout_at(deadline, self.ask_outcome(&args)).await;
+            match attempt {
+                Ok(Ok(reply)) => match parse_outcome_reply(&reply, expected) {
+                    Ok(settled) => break Some(settled),
+                    Err(e) => {
+                        last = e.to_string();
+                        break None;
+                    }
+                },
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => break None,
+            }
+            if tokio::time::Instant::now() + SETTLE_RETRY >= deadline {
+                break None;
+            }
+            tokio::time::sleep(SETTLE_RETRY).await;
+        };
+        metrics::histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => "settle")
+            .record(started.elapsed().as_secs_f64());
+        let (label, result) = match settled {
+            Some(Settled::Appended(ids)) => ("appended", Ok(ids)),
+            Some(Settled::NotAppended) => (
+                "not_appended",
+                Err(LogError::Unavailable(format!(
+                    "{why}; settled: nothing was appended"
+                ))),
+            ),
+            None => (
+                "unknown",
+                Err(LogError::OutcomeUnknown(format!(
+                    "{why}; Redis did not settle it within {bound:?} (last: {last})"
+                ))),
+            ),
+        };
+        tracing::warn!(outcome = label, reason = %why, "append reply lost; settled");
+        metrics::counter!(APPEND_OUTCOMES, "outcome" => label).increment(1);
+        result
+    }
+
+    /// One `outcome.lua` call on the settling connection (opened if needed; dropped after an
+    /// error so the next attempt opens a new one). Unbounded here: [`RedisLog::settle`] bounds
+    /// it.
+    async fn ask_outcome(&self, args: &OutcomeArgs<'_>) -> Result<Value, RedisError> {
+        let mut conn = {
+            let mut slot = self.inner.settler.lock().await;
+            match slot.as_ref() {
+                Some(conn) => conn.clone(),
+                None => {
+                    let unbounded = AsyncConnectionConfig::new()
+                        .set_connection_timeout(None)
+                        .set_response_timeout(None);
+                    let conn = self
+                        .inner
+                        .client
+                        .get_multiplexed_async_connection_with_config(&unbounded)
+                        .await?;
+                    slot.insert(conn).clone()
+                }
+            }
+        };
+        let reply = args
+            .invocation(&self.inner.scripts.outcome)
+            .invoke_async(&mut conn)
+            .await;
+        if reply.is_err() {
+            *self.inner.settler.lock().await = None;
+        }
+        reply
+    }
+}
+
+/// Whether a failed append may have reached Redis and run: its reply was lost (an I/O error
+/// other than a refused connection, or a reply that cannot be read). A refused connection
+/// sent nothing; an error reply (script error, OOM, wrong type) is Redis's own answer.
+fn reply_lost(e: &RedisError) -> bool {
+    (e.is_io_error() && !e.is_connection_refusal()) || e.kind() == ErrorKind::Parse
+}
+
 #[async_trait::async_trait]
 impl EventLog for RedisLog {
     fn name(&self) -> &'static str {
@@ -309,9 +464,9 @@ impl EventLog for RedisLog {
     /// `XTRIM <log> MINID <pos + 1>`, exact), and `HSET` of the candidate as pending at the
     /// batch's last entry ID. Then `max_age` (may promote the pending checkpoint, `TIME`,
     /// `XTRIM … MINID`) and `idle_ttl` (`PEXPIRE` of the thread's three keys, in ms, when
-    /// less than `idle_ttl` is left: see the script). An `Unavailable` that comes from a
-    /// timeout cannot tell whether the script ran; the producer's retry is deduplicated
-    /// upstream (`X-Producer-Seq`).
+    /// less than `idle_ttl` is left: see the script). The same script records the append's
+    /// outcome under a fresh token; when the reply is lost, [`RedisLog::settle`] finds out
+    /// what happened before this returns (module docs, "Unknown outcomes").
     async fn append_checked(
         &self,
         thread: &ThreadId,
@@ -319,33 +474,47 @@ impl EventLog for RedisLog {
         expected: Option<LogHead>,
         extras: AppendExtras,
     ) -> Result<Vec<EventId>, LogError> {
-        self.timed("append", async {
-            let keys = self.keys(thread);
-            let retention = &self.inner.config.retention;
-            let args = AppendArgs {
-                keys: &keys,
-                fresh_epoch: Epoch::random(),
-                maxlen: retention.cap(false),
-                safety_cap: retention.cap(true),
-                expected,
-                candidate: extras.candidate.as_deref(),
-                candidate_min_gap: extras.candidate_min_gap,
-                max_age_ms: retention.max_age_ms(),
-                idle_ttl_ms: retention.idle_ttl_ms(),
-                producer: extras.producer.as_ref(),
-                channel: &self.inner.channel,
-                thread,
-                events,
-            };
-            let mut conn = self.inner.conn.clone();
-            let reply: Value = args
-                .invocation(&self.inner.scripts.append)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            parse_append_reply(&reply, events.len())
-        })
-        .await
+        let keys = self.keys(thread);
+        let outcome = keys.outcome(AppendToken::random());
+        let config = &self.inner.config;
+        let retention = &config.retention;
+        let args = AppendArgs {
+            keys: &keys,
+            outcome: &outcome,
+            fresh_epoch: Epoch::random(),
+            maxlen: retention.cap(false),
+            safety_cap: retention.cap(true),
+            expected,
+            candidate: extras.candidate.as_deref(),
+            candidate_min_gap: extras.candidate_min_gap,
+            max_age_ms: retention.max_age_ms(),
+            idle_ttl_ms: retention.idle_ttl_ms(),
+            producer: extras.producer.as_ref(),
+            channel: &self.inner.channel,
+            thread,
+            record_ttl_ms: config.record_ttl_ms(),
+            events,
+        };
+        let sent = self
+            .timed_or("append", LogError::OutcomeUnknown, async {
+                let mut conn = self.inner.conn.clone();
+                match args
+                    .invocation(&self.inner.scripts.append)
+                    .invoke_async(&mut conn)
+                    .await
+                {
+                    Ok(reply) => parse_append_reply(&reply, events.len()),
+                    Err(e) if reply_lost(&e) => {
+                        Err(LogError::OutcomeUnknown(format!("redis: {e}")))
+                    }
+                    Err(e) => Err(unavailable(e)),
+                }
+            })
+            .await;
+        match sent {
+            Err(LogError::OutcomeUnknown(why)) => self.settle(&outcome, events.len(), why).await,
+            other => other,
+        }
     }
 
     /// Script: the epoch check (a new epoch clears the meta hash), then `HGET <meta> p:<id>`.

@@ -252,11 +252,19 @@ pub(super) fn parse_xread(v: &Value) -> Result<Vec<(String, Vec<RawEntry>)>, Log
 }
 
 /// The append script's reply: `{epoch, {entry id…}}` (one id per event: `expected` of them),
-/// or `{'conflict', epoch, info}` ([`LogError::Conflict`] with the head it describes).
+/// `{'conflict', epoch, info}` ([`LogError::Conflict`] with the head it describes), or
+/// `{'fenced'}` (its outcome was settled as "not appended" before it ran:
+/// [`LogError::Unavailable`]).
 pub(super) fn parse_append_reply(reply: &Value, expected: usize) -> Result<Vec<EventId>, LogError> {
     let items = array(reply).ok_or_else(|| malformed("append reply"))?;
-    if string(items.first().unwrap_or(&Value::Nil)).as_deref() == Some("conflict") {
-        return Err(LogError::Conflict(parse_head(&items[1..])?));
+    match string(items.first().unwrap_or(&Value::Nil)).as_deref() {
+        Some("conflict") => return Err(LogError::Conflict(parse_head(&items[1..])?)),
+        Some("fenced") => {
+            return Err(LogError::Unavailable(
+                "redis: the append was settled as not appended before it ran".into(),
+            ));
+        }
+        _ => {}
     }
     let epoch = parse_epoch(items.first())?;
     let ids = items
@@ -297,4 +305,38 @@ pub(super) fn parse_read_reply(reply: &Value) -> Result<ReadPage, LogError> {
         entries,
         held,
     })
+}
+
+/// What `outcome.lua` settled about an append of `expected` events.
+#[derive(Debug, PartialEq)]
+pub(super) enum Settled {
+    /// It ran: its ids.
+    Appended(Vec<EventId>),
+    /// It did not run, and now never will (fenced).
+    NotAppended,
+}
+
+/// The outcome script's reply: `-` (fenced, not appended) or the append's record
+/// `<epoch> <entry id>…` (one id per event: `expected` of them).
+pub(super) fn parse_outcome_reply(reply: &Value, expected: usize) -> Result<Settled, LogError> {
+    let record = string(reply).ok_or_else(|| malformed("outcome reply"))?;
+    if record == "-" {
+        return Ok(Settled::NotAppended);
+    }
+    let mut parts = record.split(' ');
+    let epoch = parts
+        .next()
+        .and_then(parse_epoch_str)
+        .ok_or_else(|| malformed("outcome record"))?;
+    let ids = parts
+        .map(|p| {
+            p.parse()
+                .map(|pos| EventId { epoch, pos })
+                .map_err(|_| malformed("outcome record"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.len() != expected {
+        return Err(malformed("outcome record (id count)"));
+    }
+    Ok(Settled::Appended(ids))
 }

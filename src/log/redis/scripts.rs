@@ -18,6 +18,8 @@ pub(super) struct Scripts {
     pub head: Script,
     /// `checkpoint.lua`, called with [`HeadArgs`].
     pub checkpoint: Script,
+    /// `outcome.lua`, called with [`OutcomeArgs`].
+    pub outcome: Script,
 }
 
 /// Shebang of the write script (Redis 7): a write script is refused as a whole when Redis is
@@ -49,6 +51,12 @@ impl Scripts {
             head: Script::new(read_script!("scripts/head.lua")),
             producer: Script::new(read_script!("scripts/producer.lua")),
             checkpoint: Script::new(read_script!("scripts/checkpoint.lua")),
+            // Allowed when Redis is out of memory: the fence is a few bytes, and an append it
+            // cannot settle is answered "outcome unknown".
+            outcome: Script::new(concat!(
+                "#!lua flags=allow-oom\n",
+                include_str!("scripts/outcome.lua")
+            )),
         }
     }
 }
@@ -62,6 +70,9 @@ pub(super) struct Keys {
     pub meta: String,
     /// `<prefix>:{<thread>}:ckpt`, the checkpoints.
     pub ckpt: String,
+    /// `<prefix>:{<thread>}:o:`, followed by an append's token: its outcome key
+    /// ([`Keys::outcome`]).
+    outcome_prefix: String,
 }
 
 impl Keys {
@@ -70,7 +81,33 @@ impl Keys {
             stream: format!("{prefix}:{{{thread}}}:log"),
             meta: format!("{prefix}:{{{thread}}}:meta"),
             ckpt: format!("{prefix}:{{{thread}}}:ckpt"),
+            outcome_prefix: format!("{prefix}:{{{thread}}}:o:"),
         }
+    }
+
+    /// `<prefix>:{<thread>}:o:<token>`: where the append with `token` records its outcome
+    /// (`append.lua` KEYS[4]) and where `outcome.lua` settles it; same hash slot as the rest.
+    pub(super) fn outcome(&self, token: AppendToken) -> String {
+        format!("{}{token}", self.outcome_prefix)
+    }
+}
+
+/// A random 128-bit token naming one append (PROTOCOL §2 "Unknown outcomes"): the append
+/// records its outcome under it, and a broker that lost the append's reply asks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct AppendToken(u128);
+
+impl AppendToken {
+    /// Draws a fresh token.
+    pub(super) fn random() -> Self {
+        AppendToken(rand::random())
+    }
+}
+
+impl std::fmt::Display for AppendToken {
+    /// 32 lowercase hex digits.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
     }
 }
 
@@ -106,6 +143,11 @@ pub(super) trait ScriptArgs {
     /// Writes KEYS, then ARGV, in the script's order.
     fn write(&self, call: &mut impl ScriptCall);
 
+    /// How many of the arguments [`ScriptArgs::write`] writes are KEYS.
+    fn key_count(&self) -> usize {
+        3
+    }
+
     /// An invocation of `script` with these arguments.
     fn invocation<'s>(&self, script: &'s Script) -> ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
@@ -113,10 +155,12 @@ pub(super) trait ScriptArgs {
         invocation
     }
 
-    /// Adds `EVALSHA <sha> 3 <keys> <argv>` to `pipe` (the script must be loaded on that
-    /// connection: `SCRIPT LOAD`).
+    /// Adds `EVALSHA <sha> <key count> <keys> <argv>` to `pipe` (the script must be loaded on
+    /// that connection: `SCRIPT LOAD`).
     fn evalsha(&self, pipe: &mut Pipeline, script: &Script) {
-        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(3);
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(self.key_count());
         self.write(pipe);
     }
 }
@@ -129,8 +173,10 @@ fn write_keys(call: &mut impl ScriptCall, keys: &Keys) {
 
 /// The arguments of `append.lua` (see its header for what the script does with each).
 pub(super) struct AppendArgs<'a> {
-    /// The thread's keys.
+    /// KEYS 1–3: the thread's keys.
     pub keys: &'a Keys,
+    /// KEYS 4: this append's outcome key ([`Keys::outcome`]).
+    pub outcome: &'a str,
     /// ARGV 1: the epoch to create if the thread needs a new one.
     pub fresh_epoch: Epoch,
     /// ARGV 2: the `XADD … MAXLEN ~` cap without checkpoints (`0`: none).
@@ -155,13 +201,20 @@ pub(super) struct AppendArgs<'a> {
     pub channel: &'a str,
     /// ARGV 13: the thread (for the note).
     pub thread: &'a ThreadId,
-    /// ARGV 14 (their AG-UI types, for the note) and ARGV 15…: the events' JSON.
+    /// ARGV 15: how long the outcome record lives, in ms.
+    pub record_ttl_ms: u64,
+    /// ARGV 14 (their AG-UI types, for the note) and ARGV 16…: the events' JSON.
     pub events: &'a [ValidEvent],
 }
 
 impl ScriptArgs for AppendArgs<'_> {
+    fn key_count(&self) -> usize {
+        4
+    }
+
     fn write(&self, call: &mut impl ScriptCall) {
         write_keys(call, self.keys);
+        call.push_key(self.outcome);
         call.push_arg(self.fresh_epoch.to_string());
         call.push_arg(self.maxlen);
         call.push_arg(self.safety_cap);
@@ -187,6 +240,7 @@ impl ScriptArgs for AppendArgs<'_> {
         call.push_arg(self.channel);
         call.push_arg(self.thread.as_str());
         call.push_arg(note_types(self.events));
+        call.push_arg(self.record_ttl_ms);
         for ev in self.events {
             call.push_arg(&ev.json[..]);
         }
@@ -272,5 +326,24 @@ impl ScriptArgs for ProducerArgs<'_> {
         call.push_arg(self.fresh_epoch.to_string());
         call.push_arg(self.producer);
         call.push_arg(self.idle_ttl_ms);
+    }
+}
+
+/// The arguments of `outcome.lua`: settle one append's outcome.
+pub(super) struct OutcomeArgs<'a> {
+    /// KEYS 1: the append's outcome key ([`Keys::outcome`]).
+    pub outcome: &'a str,
+    /// ARGV 1: how long the fence lives, in ms.
+    pub fence_ttl_ms: u64,
+}
+
+impl ScriptArgs for OutcomeArgs<'_> {
+    fn key_count(&self) -> usize {
+        1
+    }
+
+    fn write(&self, call: &mut impl ScriptCall) {
+        call.push_key(self.outcome);
+        call.push_arg(self.fence_ttl_ms);
     }
 }

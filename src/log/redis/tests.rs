@@ -2,11 +2,14 @@
 //! continuity rule and backoff, the append note's type list.
 
 use super::notify::Note;
-use super::resp::{StreamCounts, max_deleted, parse_epoch_str, parse_xread};
-use super::scripts::{Keys, note_types};
+use super::resp::{
+    Settled, StreamCounts, max_deleted, parse_append_reply, parse_epoch_str, parse_outcome_reply,
+    parse_xread,
+};
+use super::scripts::{AppendToken, Keys, note_types};
 use super::tail::{Continues, backoff, continues};
 use crate::event::{ThreadId, validate_event};
-use crate::log::{Epoch, StreamPos};
+use crate::log::{Epoch, EventId, LogError, StreamPos};
 use bytes::Bytes;
 use redis::Value;
 use std::time::Duration;
@@ -18,6 +21,41 @@ fn keys_share_a_hash_tag() {
     assert_eq!(keys.stream, "agui:{t-1}:log");
     assert_eq!(keys.meta, "agui:{t-1}:meta");
     assert_eq!(keys.ckpt, "agui:{t-1}:ckpt");
+    let token = AppendToken::random();
+    let outcome = keys.outcome(token);
+    assert_eq!(outcome, format!("agui:{{t-1}}:o:{token}"));
+    assert_eq!(token.to_string().len(), 32);
+    assert!(token.to_string().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(AppendToken::random(), token);
+}
+
+#[test]
+fn outcome_replies_decode() {
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    assert_eq!(
+        parse_outcome_reply(&bulk("-"), 2).unwrap(),
+        Settled::NotAppended
+    );
+    let epoch = Epoch(0x0a1b2c3d);
+    let id = |ms, seq| EventId {
+        epoch,
+        pos: StreamPos::new(ms, seq),
+    };
+    assert_eq!(
+        parse_outcome_reply(&bulk("0a1b2c3d 5-0 5-1"), 2).unwrap(),
+        Settled::Appended(vec![id(5, 0), id(5, 1)])
+    );
+    // A record that does not match the batch, or is not one, settles nothing.
+    for bad in ["0a1b2c3d 5-0", "0a1b2c3d 5-0 x", "zz 5-0 5-1", ""] {
+        assert!(parse_outcome_reply(&bulk(bad), 2).is_err(), "{bad:?}");
+    }
+    assert!(parse_outcome_reply(&Value::Nil, 1).is_err());
+    // The append script's own answer when it finds its token fenced: nothing appended.
+    let fenced = Value::Array(vec![bulk("fenced")]);
+    assert!(matches!(
+        parse_append_reply(&fenced, 1),
+        Err(LogError::Unavailable(_))
+    ));
 }
 
 #[test]

@@ -1,9 +1,11 @@
--- The append: compare (optional), XADD the batch, retention, producer mark, TTL, note.
--- Built by `AppendArgs` (scripts.rs), the one place that writes this order.
+-- The append: compare (optional), XADD the batch, retention, producer mark, TTL, outcome
+-- record, note. Built by `AppendArgs` (scripts.rs), the one place that writes this order.
 --
 -- KEYS[1] stream          `<prefix>:{<thread>}:log`
 -- KEYS[2] meta            `<prefix>:{<thread>}:meta`
 -- KEYS[3] ckpt            `<prefix>:{<thread>}:ckpt`
+-- KEYS[4] outcome         `<prefix>:{<thread>}:o:<token>`, this append's own key (token: 32
+--                         random hex digits drawn per append)
 -- ARGV[1]  fresh epoch    8 hex digits, used if the thread needs a new epoch
 -- ARGV[2]  maxlen         `XADD … MAXLEN ~` cap without checkpoints ('0': none)
 -- ARGV[3]  safety cap     cap once the thread uses checkpoints ('0': none)
@@ -20,10 +22,15 @@
 -- ARGV[12] note channel   ('': no note)
 -- ARGV[13] thread id      (for the note)
 -- ARGV[14] event types    the events' AG-UI types separated by spaces (for the note)
--- ARGV[15…] one compact JSON per event
+-- ARGV[15] record TTL ms  how long the outcome record lives
+-- ARGV[16…] one compact JSON per event
 --
 -- Returns {epoch, {entry id…}}, or {'conflict', epoch, info} when the log's epoch or
--- last-generated-id is not the expected one (nothing appended, nothing changed). The newest
+-- last-generated-id is not the expected one (nothing appended, nothing changed), or
+-- {'fenced'} when KEYS[4] exists (nothing appended, nothing changed): the broker lost this
+-- call's reply and outcome.lua settled it as "not appended" before it ran, so it must never
+-- append now. An append records `<epoch> <entry id>…` at KEYS[4] for ARGV[15] ms, from which
+-- outcome.lua answers a broker that lost the reply. The newest
 -- entry's ID being the expected one is taken as a match (the only difference from the
 -- last-generated-id: entries after it deleted with XDEL, which are then not in the log the
 -- batch is checked against either).
@@ -35,6 +42,9 @@
 -- After the XADDs, PUBLISHes the batch on ARGV[12] (format: notify.rs), with the stream's
 -- last-generated-id before the batch: ARGV[5] when conditional (just compared), else from
 -- XINFO STREAM ('0-0' for a stream that did not exist).
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {'fenced'}
+end
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
 local prev = ARGV[5]
 if ARGV[4] ~= '' then
@@ -57,7 +67,7 @@ if ARGV[4] ~= '' then
     end
   end
 end
-if #ARGV < 15 then
+if #ARGV < 16 then
   return {ep, {}}
 end
 if ARGV[12] ~= '' and ARGV[4] == '' then
@@ -78,7 +88,7 @@ if in_use then
   cap = '0'
 end
 local ids = {}
-for i = 15, #ARGV do
+for i = 16, #ARGV do
   if cap ~= '0' then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
@@ -125,12 +135,13 @@ if ARGV[9] ~= '0' then
     end
   end
 end
+redis.call('SET', KEYS[4], ep .. ' ' .. table.concat(ids, ' '), 'PX', ARGV[15])
 if ARGV[12] ~= '' then
   local note = {ARGV[13], ' ', ep, ' ', prev, '\n'}
   local i = 0
   for ty in string.gmatch(ARGV[14], '%S+') do
     i = i + 1
-    local e = ARGV[14 + i]
+    local e = ARGV[15 + i]
     note[#note + 1] = ids[i] .. ' ' .. ty .. ' ' .. #e .. '\n'
     note[#note + 1] = e
   end
