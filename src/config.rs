@@ -59,7 +59,7 @@ pub struct Config {
     /// another connection, whether the append ran, before it answers 503
     /// `append_outcome_unknown` (humantime, e.g. `"5s"`; `"0s"`: answer that at once;
     /// PROTOCOL §2 "Unknown outcomes").
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub redis_outcome_timeout: Duration,
     /// Refuse (409/422) events that would break the `@ag-ui/client` order rules or a
     /// `STATE_DELTA` that does not apply to the thread's state (PROTOCOL §2). Default on.
