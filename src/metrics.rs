@@ -21,6 +21,10 @@ pub const REJECTED: &str = "agui_events_rejected_total";
 pub const RESUMES: &str = "agui_resumes_total";
 /// Counter: events merged away by coalescing for lagging subscribers, by `type`.
 pub const COALESCED: &str = "agui_events_coalesced_total";
+/// Counter: `CUSTOM` and `RAW` events a reset dropped for a subscriber (no snapshot restates
+/// them), counted when its client is told by the bridge's gap event, by `type` (PROTOCOL §5
+/// "Reset").
+pub const SKIPPED: &str = "agui_events_skipped_total";
 /// Counter: snapshot-and-resets of subscribers, by `cause` (overflow, trimmed, epoch, ahead,
 /// unknown, invalid, bridge; PROTOCOL §9).
 pub const RESETS: &str = "agui_resets_total";
@@ -115,6 +119,10 @@ pub async fn run_upkeep(handle: PrometheusHandle) {
 fn describe() {
     describe_counter!(COALESCED, "Events merged away by coalescing, by type.");
     describe_counter!(RESETS, "Snapshot-and-resets of subscribers, by cause.");
+    describe_counter!(
+        SKIPPED,
+        "CUSTOM and RAW events a reset dropped for a subscriber (told by its gap event), by type."
+    );
     describe_gauge!(CONNECTIONS, "Open SSE connections on this node.");
     describe_counter!(PUBLISHED, "Events appended to thread logs, by type.");
     describe_counter!(DELIVERED, "Events handed to subscribers' queues, by type.");

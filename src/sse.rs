@@ -33,16 +33,23 @@ pub fn event_len(id_len: Option<usize>, json_len: usize) -> usize {
 pub fn put_event(buf: &mut BytesMut, id: Option<&str>, json: &[u8]) -> usize {
     debug_assert!(!json.contains(&b'\n') && !json.contains(&b'\r'));
     if let Some(id) = id {
-        debug_assert!(!id.contains(['\n', '\r']));
-        buf.put_slice(ID_FIELD);
-        buf.put_slice(id.as_bytes());
-        buf.put_u8(b'\n');
+        put_id(buf, id);
     }
     buf.put_slice(DATA_FIELD);
     let data_start = buf.len();
     buf.put_slice(json);
     buf.put_slice(b"\n\n");
     data_start
+}
+
+/// Appends the `id: <id>\n` line of an event whose `data:` line follows (a synthesised event
+/// encoded once without an id and given one per connection). Same rules for `id` as
+/// [`put_event`].
+pub fn put_id(buf: &mut BytesMut, id: &str) {
+    debug_assert!(!id.contains(['\n', '\r']));
+    buf.put_slice(ID_FIELD);
+    buf.put_slice(id.as_bytes());
+    buf.put_u8(b'\n');
 }
 
 /// Encodes one event frame: `id: <id>\ndata: <json>\n\n` (see [`put_event`]), in one

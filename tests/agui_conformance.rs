@@ -1484,3 +1484,135 @@ async fn publish_own_at(p: &mut Publisher, i: usize, event: &Value) {
         panic!("refused: {:?}", p.skipped_notes());
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// (g)
+
+/// How many events of `events` have type `t`.
+fn count_type(events: &[Value], t: &str) -> u64 {
+    events.iter().filter(|e| e["type"] == t).count() as u64
+}
+
+/// (g) A raw TCP subscriber reads the start of a run, stalls while `CUSTOM` padding overflows
+/// its queue (the broker resets it), misses three more `CUSTOM` and three `RAW` events, and
+/// reads again. No snapshot restates `CUSTOM` or `RAW`, so the bridge must say what was lost,
+/// in a way an app can read (PROTOCOL §5 "Reset"): its first event is the `agui-fanout.gap`
+/// `CUSTOM` event, carrying the bridge mark, with the exact numbers of `CUSTOM` and `RAW`
+/// events this subscriber did not get (the log's minus the body's), also counted in
+/// `agui_events_skipped_total{type}`. The real `@ag-ui/client` accepts the stream, hands the
+/// gap event to an app's `onCustomEvent`, and folds like the log. Before, the bridge said
+/// nothing of the loss, and a one-event bridge carried a plain id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_that_drops_custom_events_tells_the_client_with_a_gap_event() {
+    let broker = resets_broker(true).await;
+    let base = broker.base();
+    let thread = broker::thread_id("conf-gap");
+    let mut slow = StalledSse::connect(broker.addr, &thread).await;
+    let capacity = stall_capacity(slow.rcvbuf, RESET_MAX_BYTES + (64 << 10));
+    let mut p = Publisher::new(&base, &thread);
+    for e in [
+        json!({"type":"RUN_STARTED","threadId":thread,"runId":"r1"}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}),
+    ] {
+        publish_own(&mut p, e).await;
+    }
+    slow.read_through(p.last_id().expect("published")).await;
+    let had = slow.newest.clone();
+    let skipped_before = [
+        metric(&base, "agui_events_skipped_total", &[("type", "CUSTOM")]).await,
+        metric(&base, "agui_events_skipped_total", &[("type", "RAW")]).await,
+    ];
+    let filler = "x".repeat(RESET_PAD_BYTES);
+    pad_until_stuck(
+        &base,
+        &mut p,
+        |i| json!({"type":"CUSTOM","name":"pad","value":{"i": i, "pad": filler}}),
+        Overfull::Reset,
+        capacity + RESET_MAX_BYTES,
+    )
+    .await;
+    for i in 0..3 {
+        publish_own(&mut p, json!({"type":"CUSTOM","name":"late","value":i})).await;
+        publish_own(&mut p, json!({"type":"RAW","event":{"late":i}})).await;
+    }
+    publish_own(
+        &mut p,
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"b"}),
+    )
+    .await;
+    let last = p.last_id().expect("published").to_string();
+    slow.read_through(&last).await;
+    let body = slow.body();
+    drop(slow);
+
+    let frames = data_frames(&body);
+    let gaps: Vec<&DataFrame> = frames
+        .iter()
+        .filter(|f| f.event["name"] == "agui-fanout.gap")
+        .collect();
+    assert_eq!(gaps.len(), 1, "one gap event: {body}");
+    let gap = gaps[0];
+    let received: Vec<Value> = frames
+        .iter()
+        .filter(|f| f.event["name"] != "agui-fanout.gap")
+        .map(|f| f.event.clone())
+        .collect();
+    let lost_custom = count_type(&p.accepted, "CUSTOM") - count_type(&received, "CUSTOM");
+    let lost_raw = count_type(&p.accepted, "RAW") - count_type(&received, "RAW");
+    assert!(
+        lost_custom >= 3 && lost_raw == 3,
+        "{lost_custom} {lost_raw}"
+    );
+    let value = &gap.event["value"];
+    assert_eq!(value["reason"], "overflow");
+    assert_eq!(value["skipped"], lost_custom + lost_raw, "{value}");
+    assert_eq!(
+        value["skippedTypes"],
+        json!({"CUSTOM": lost_custom, "RAW": lost_raw})
+    );
+    // The gap event opens the bridge and carries its mark: `<the client's last id>-bridge`.
+    let before = frames
+        .iter()
+        .take_while(|f| !std::ptr::eq(*f, gap))
+        .filter_map(|f| f.id.clone())
+        .last()
+        .expect("an id before the bridge");
+    assert_eq!(gap.id, Some(format!("{before}-bridge")));
+    assert_eq!(value["after"], before);
+    let (epoch, ms, seq, _) = sse_client::id_key(&before);
+    assert!(
+        had.is_some_and(|h| (h.0, h.1, h.2) <= (epoch, ms, seq)),
+        "the mark names what the client had"
+    );
+    let until = frames
+        .iter()
+        .skip_while(|f| !std::ptr::eq(*f, gap))
+        .find_map(|f| f.id.clone().filter(|id| !id.ends_with("-bridge")))
+        .expect("the bridge's id");
+    assert_eq!(value["until"], until);
+    assert_eq!(
+        [
+            metric(&base, "agui_events_skipped_total", &[("type", "CUSTOM")]).await
+                - skipped_before[0],
+            metric(&base, "agui_events_skipped_total", &[("type", "RAW")]).await
+                - skipped_before[1],
+        ],
+        [lost_custom as f64, lost_raw as f64]
+    );
+
+    let label = "memory/gap";
+    let subject = agui::client_case(&format!("{label}/sub"), &thread, &[body]);
+    let reference = log_case(&base, &thread, &last, label).await;
+    let results = agui::run_cases(&[subject, reference]);
+    let (sub, log) = (&results[0], &results[1]);
+    assert!(sub.ok && log.ok, "{:?} / {:?}", sub.error, log.error);
+    let told: Vec<&Value> = sub
+        .custom
+        .iter()
+        .filter(|c| c["name"] == "agui-fanout.gap")
+        .collect();
+    assert_eq!(told, [&json!({"name": "agui-fanout.gap", "value": value})]);
+    assert_eq!(sub.messages, log.messages, "folds like the log");
+    assert_eq!(sub.state, log.state, "folds like the log");
+}

@@ -5,8 +5,8 @@
 use agui_fanout::event::EventType;
 use agui_fanout::log::{Epoch, EventId, StreamPos};
 use agui_fanout::queue::{
-    BridgeSource, CloseReason, ConnQueue, Drained, Frame, MergeKey, Overflow, Pushed, QueueLimits,
-    Sink,
+    Bridge, BridgePart, BridgeSource, CloseReason, ConnQueue, Drained, Frame, MergeKey, Overflow,
+    Pushed, QueueLimits, ResetCause, Sink, Skipped,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ fn limits(max_events: usize) -> QueueLimits {
 /// The event ids (sequence numbers) of a drained batch.
 fn ids(d: Option<Drained>) -> Vec<u64> {
     match d {
-        Some(Drained::Frames(b)) => seqs(&b),
+        Some(Drained::Frames(b)) => seqs(&b.concat()),
         other => panic!("expected frames, got {other:?}"),
     }
 }
@@ -84,9 +84,10 @@ fn a_full_buffer_is_coalesced_before_it_overflows() {
     for i in 1..=20 {
         q.push_live(&[text_frame(i, "ab")]).unwrap();
     }
-    let Some(Drained::Frames(bytes)) = q.try_drain() else {
+    let Some(Drained::Frames(batch)) = q.try_drain() else {
         panic!("frames expected")
     };
+    let bytes = batch.concat();
     let text = std::str::from_utf8(&bytes).unwrap();
     assert_eq!(text.matches("data: ").count(), 1, "{text}");
     assert!(text.starts_with("id: 00000001-0-20\n"), "{text}");
@@ -102,12 +103,16 @@ struct FixedBridge {
 impl BridgeSource for FixedBridge {
     fn bridge(&self, queue: &ConnQueue) {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        queue.install_bridge(Frame::synthesised(
-            EventId {
-                epoch: Epoch(1),
-                pos: StreamPos::new(0, self.at),
-            },
-            &[serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1})],
+        let at = |pos| EventId {
+            epoch: Epoch(1),
+            pos,
+        };
+        queue.install_bridge(Bridge::encode(
+            at(queue.last_position()),
+            at(StreamPos::new(0, self.at)),
+            &[BridgePart::Own(
+                &serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1}),
+            )],
             Instant::now(),
             None,
         ));
@@ -118,7 +123,7 @@ impl BridgeSource for FixedBridge {
 fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back() {
     let q = ConnQueue::new(limits(2), StreamPos::ZERO, false, None);
     // Without a bridge source no reset is possible (the hub closes the queue then).
-    assert!(!q.begin_reset());
+    assert!(!q.begin_reset(ResetCause::Overflow));
     let source = Arc::new(FixedBridge {
         at: 7,
         calls: Default::default(),
@@ -126,7 +131,7 @@ fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back(
     q.set_bridge_source(source.clone());
     q.push_live(&[frame(1), frame(2)]).unwrap();
     assert_eq!(q.push_live(&[frame(3)]), Err(Overflow));
-    assert!(q.begin_reset());
+    assert!(q.begin_reset(ResetCause::Overflow));
     assert_eq!(
         q.pending(),
         (0, 0),
@@ -147,7 +152,7 @@ fn reset_drops_what_is_pending_and_builds_one_bridge_when_the_writer_comes_back(
     // While a backfill is being written the client's view is unknown: no reset.
     let r = ConnQueue::new(limits(2), StreamPos::ZERO, true, None);
     r.set_bridge_source(source);
-    assert!(!r.begin_reset());
+    assert!(!r.begin_reset(ResetCause::Overflow));
 }
 
 #[tokio::test]
@@ -248,7 +253,7 @@ fn the_rest_of_a_partial_direct_write_goes_out_first() {
     let Some(Drained::Frames(rest)) = q.try_drain() else {
         panic!("the rest expected")
     };
-    assert_eq!(&rest[..], &frame(1).bytes[10..]);
+    assert_eq!(&rest.concat()[..], &frame(1).bytes[10..]);
     q.writer_done();
     assert_eq!(ids(q.try_drain()), vec![2]);
     q.writer_done();
@@ -266,4 +271,98 @@ fn no_direct_write_during_a_backfill() {
     q.writer_done();
     assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Written));
     assert_eq!(seqs(&sink.got.lock()), vec![2]);
+}
+
+/// A `CUSTOM` event's frame at position `0-<seq>` of epoch 1.
+fn custom_frame(seq: u64) -> Frame {
+    let id = EventId {
+        epoch: Epoch(1),
+        pos: StreamPos::new(0, seq),
+    };
+    Frame::new(
+        id,
+        EventType::Custom,
+        br#"{"type":"CUSTOM","name":"n","value":1}"#,
+        Instant::now(),
+        MergeKey::Never,
+    )
+}
+
+/// The frames a writer takes are the frames the fan-out pushed, the same allocations for
+/// every connection: a drain copies nothing per connection (PROTOCOL §3), however much is
+/// pending when a stalled subscriber reads again.
+#[test]
+fn a_drain_hands_the_writer_the_shared_frames_not_a_copy() {
+    let frames: Vec<Frame> = (1..=50).map(frame).collect();
+    let queues: Vec<ConnQueue> = (0..2)
+        .map(|_| ConnQueue::new(limits(100), StreamPos::ZERO, false, None))
+        .collect();
+    for q in &queues {
+        q.push_live(&frames).unwrap();
+        let Some(Drained::Frames(batch)) = q.try_drain() else {
+            panic!("frames expected")
+        };
+        let got: Vec<*const u8> = batch.chunks().iter().map(|c| c.as_ptr()).collect();
+        let shared: Vec<*const u8> = frames.iter().map(|f| f.bytes.as_ptr()).collect();
+        assert_eq!(got, shared, "each chunk is the shared frame itself");
+        assert_eq!(
+            batch.len(),
+            frames.iter().map(|f| f.bytes.len()).sum::<usize>()
+        );
+    }
+}
+
+/// What resets drop that no snapshot restates (`CUSTOM`, `RAW`) is counted, across resets,
+/// until the writer takes a bridge (whose gap event tells the client), then starts again.
+#[test]
+fn resets_count_the_custom_and_raw_events_they_drop_until_a_bridge_is_taken() {
+    let q = ConnQueue::new(limits(3), StreamPos::ZERO, false, None);
+    q.set_bridge_source(Arc::new(FixedBridge {
+        at: 20,
+        calls: Default::default(),
+    }));
+    q.push_live(&[custom_frame(1), frame(2)]).unwrap();
+    assert_eq!(
+        q.push_live(&[custom_frame(3), text_frame(4, "a")]),
+        Err(Overflow)
+    );
+    assert!(q.begin_reset(ResetCause::Overflow));
+    // Dropped while the reset waits for the writer.
+    q.push_live(&[custom_frame(5), frame(6)]).unwrap();
+    let want = Skipped {
+        custom: 3,
+        raw: 2,
+        unknown: false,
+    };
+    assert_eq!(q.skipped(), want);
+    // A bridge built and dropped again before the writer took it: its count carries over.
+    q.install_bridge(Bridge::encode(
+        EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::ZERO,
+        },
+        EventId {
+            epoch: Epoch(1),
+            pos: StreamPos::new(0, 6),
+        },
+        &[BridgePart::Own(
+            &serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":1}),
+        )],
+        Instant::now(),
+        None,
+    ));
+    q.push_live(&[custom_frame(7), frame(8), frame(9), frame(10)])
+        .unwrap_err();
+    assert!(q.begin_reset(ResetCause::Trimmed));
+    assert_eq!(
+        q.skipped(),
+        Skipped {
+            custom: 4,
+            raw: 5,
+            unknown: true,
+        }
+    );
+    // The writer takes the bridge (at 20): the count starts again.
+    assert_eq!(ids(q.try_drain()), vec![20]);
+    assert_eq!(q.skipped(), Skipped::default());
 }

@@ -2,8 +2,9 @@
 //! queue yields them, heartbeats only after a whole idle period, and the stream's last words
 //! (the close reason, a drain's jittered `retry:`, a token's expiry).
 
-use agui_fanout::log::StreamPos;
-use agui_fanout::queue::{CloseReason, ConnQueue, QueueLimits};
+use agui_fanout::event::EventType;
+use agui_fanout::log::{Epoch, EventId, StreamPos};
+use agui_fanout::queue::{CloseReason, ConnQueue, Frame, MergeKey, QueueLimits};
 use agui_fanout::sse::{self, HEARTBEAT};
 use agui_fanout::stream::{self, EXPIRED, StreamSettings};
 use bytes::Bytes;
@@ -118,4 +119,54 @@ async fn a_stream_ends_when_its_token_expires() {
     assert_eq!(next(&mut body).await.as_deref(), Some(EXPIRED));
     assert_eq!(start.elapsed(), Duration::from_secs(40));
     assert_eq!(next(&mut body).await, None);
+}
+
+/// A `RAW` event's frame at position `0-<seq>` of epoch 1 with `pad` bytes of padding.
+fn big_frame(seq: u64, pad: usize) -> Frame {
+    let json = format!(r#"{{"type":"RAW","event":"{}"}}"#, "x".repeat(pad));
+    let id = EventId {
+        epoch: Epoch(1),
+        pos: StreamPos::new(0, seq),
+    };
+    Frame::new(
+        id,
+        EventType::Raw,
+        json.as_bytes(),
+        std::time::Instant::now(),
+        MergeKey::Never,
+    )
+}
+
+/// The body hands hyper what the hub encoded, not copies of it: a prelude in the first write
+/// and a backlog of large frames go out as the shared allocations themselves (a stalled
+/// subscriber that reads again holds references to the thread's frames, not a buffer of its
+/// own of everything pending); small pieces (`retry:`, comments, small frames) are gathered.
+/// Before, every write was one buffer per connection with everything ready copied into it.
+#[tokio::test(start_paused = true)]
+async fn the_body_writes_the_shared_frames_and_prelude_as_they_are() {
+    let q = queue();
+    let prelude = Bytes::from(format!("data: {}\n\n", "p".repeat(64 << 10)));
+    let prefix = vec![sse::encode_comment("hello"), prelude.clone()];
+    let body = stream::body(q.clone(), prefix, settings(None), Box::new(()));
+    let mut body = std::pin::pin!(body);
+    let head = next(&mut body).await.expect("retry: first");
+    assert!(
+        head == b"retry: 2000\n\n: hello\n\n"[..],
+        "retry: and the comment, gathered, without the prelude ({} bytes)",
+        head.len()
+    );
+    let first = next(&mut body).await.expect("the prelude");
+    assert_eq!(first.as_ptr(), prelude.as_ptr(), "the shared prelude");
+    assert_eq!(first.len(), prelude.len());
+
+    let frames: Vec<Frame> = (1..=4).map(|i| big_frame(i, 32 << 10)).collect();
+    q.push_live(&frames).unwrap();
+    for f in &frames {
+        let chunk = next(&mut body).await.expect("a frame");
+        assert_eq!(chunk.as_ptr(), f.bytes.as_ptr(), "the shared frame");
+        assert_eq!(chunk.len(), f.bytes.len());
+    }
+    q.push_live(&[frame(5), frame(6)]).unwrap();
+    let small = next(&mut body).await.expect("small frames");
+    assert_eq!(small, [frame(5).bytes, frame(6).bytes].concat());
 }

@@ -19,6 +19,11 @@
 //!
 //! Content already in the snapshot is never streamed again (re-streaming would duplicate
 //! text: the client's reducer appends to a message it already holds).
+//!
+//! A bridge is returned as [`Part`]s: its snapshots (steps 2 and 3) are a function of the
+//! fold alone, so the hub encodes them once per position and every connection bridged there
+//! shares them; at that point of every bridge the client's verifier has a run active, which
+//! is where the hub puts the reset's gap event.
 
 use super::ThreadFold;
 use crate::event::order::{OpenConstructs, OpenItem, OpenKind, OrderChecker, RunLifecycle};
@@ -28,6 +33,17 @@ use std::sync::Arc;
 
 /// The metadata key that marks a prelude's `RUN_STARTED`.
 pub const PRELUDE_METADATA_KEY: &str = "agui-fanout";
+
+/// One piece of a bridge.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    /// An event of this bridge's own (it depends on the client's view).
+    Event(Value),
+    /// The fold's snapshots, [`bridge_snapshots`]: the same for every bridge to this fold.
+    /// A run is active there for the client's verifier (a `MESSAGES_SNAPSHOT` may come only
+    /// inside a run), so an event such as a `CUSTOM` may go right before it.
+    Snapshots,
+}
 
 /// The prelude that brings a client with nothing to `truth` (empty for a thread that never
 /// had a run).
@@ -47,7 +63,52 @@ pub fn prelude(truth: &ThreadFold) -> Vec<Value> {
         }
         _ => {}
     }
-    restate_current_run(truth, &HashSet::new(), true, &mut out);
+    let mut parts = Vec::new();
+    restate_current_run(truth, &HashSet::new(), true, &mut parts);
+    expand(parts, &prelude_snapshots(truth), &mut out);
+    out
+}
+
+/// The snapshots of a prelude: `MESSAGES_SNAPSHOT` (after a clearing one when there are
+/// messages) and `STATE_SNAPSHOT`, `{}` included (PROTOCOL §5 "Prelude" 2, 3).
+fn prelude_snapshots(truth: &ThreadFold) -> Vec<Value> {
+    let mut out = messages_snapshots(truth);
+    // A prelude always restates the state, `{}` included: its client may hold state this
+    // log never had (from an epoch Redis lost, or a tail a failover rolled back), which
+    // only a snapshot replaces. A bridge's client got its state from this log.
+    out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": truth.fold().state()}));
+    out
+}
+
+/// The snapshots every bridge to `truth` carries ([`Part::Snapshots`]): `MESSAGES_SNAPSHOT`
+/// (after a clearing one when there are messages), and `STATE_SNAPSHOT` when a snapshot or
+/// delta ever set the state.
+pub fn bridge_snapshots(truth: &ThreadFold) -> Vec<Value> {
+    let mut out = messages_snapshots(truth);
+    if let Some(s) = state_snapshot(truth) {
+        out.push(s);
+    }
+    out
+}
+
+/// `parts` as events, with `snapshots` for [`Part::Snapshots`].
+fn expand(parts: Vec<Part>, snapshots: &[Value], out: &mut Vec<Value>) {
+    for p in parts {
+        match p {
+            Part::Event(e) => out.push(e),
+            Part::Snapshots => out.extend_from_slice(snapshots),
+        }
+    }
+}
+
+/// [`bridge_parts`] as events, its snapshots expanded.
+pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
+    let mut out = Vec::new();
+    expand(
+        bridge_parts(client, truth),
+        &bridge_snapshots(truth),
+        &mut out,
+    );
     out
 }
 
@@ -55,8 +116,9 @@ pub fn prelude(truth: &ThreadFold) -> Vec<Value> {
 /// state after the last event written to it) to `truth` (PROTOCOL §5 "Reset"):
 /// close what the client has open that is closed in truth, finish the client's run with its
 /// real terminal event if it ended, start the current run if it is another one, restate the
-/// messages and state, re-open what is open in truth but not for the client.
-pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
+/// messages and state ([`Part::Snapshots`]), re-open what is open in truth but not for the
+/// client. Empty when `truth` has no run.
+pub fn bridge_parts(client: &OrderChecker, truth: &ThreadFold) -> Vec<Part> {
     let c_open = client.open();
     let t_open = truth.checker().open();
     let mut out = Vec::new();
@@ -75,18 +137,12 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
         close_items(client, |k| !t_keys.contains(k), &mut out);
         if !matches!(t_open.run(), RunLifecycle::Running { .. }) {
             // The run ended in truth: restate, close everything, finish it.
-            push_messages_snapshot(truth, &mut out);
-            if let Some(s) = state_snapshot(truth) {
-                out.push(s);
-            }
+            out.push(Part::Snapshots);
             close_items(client, |k| t_keys.contains(k), &mut out);
             push_terminals(t_open.run(), &mut out);
             return out;
         }
-        push_messages_snapshot(truth, &mut out);
-        if let Some(s) = state_snapshot(truth) {
-            out.push(s);
-        }
+        out.push(Part::Snapshots);
         // The client's chunk-lane items were closed above (and a MESSAGES_SNAPSHOT closes
         // every lane anyway): re-open them like anything the client does not have open.
         let lanes = lane_keys(client);
@@ -105,14 +161,16 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
             .and_then(Value::as_str)
             .unwrap_or("");
         match truth.ended_run(run_id) {
-            Some(terminal) => out.push((**terminal).clone()),
+            Some(terminal) => out.push(Part::Event((**terminal).clone())),
             None => {
                 // Too old to be remembered: a terminal event carrying the run's own ids.
                 let thread_id = c_run
                     .and_then(|r| r.get("threadId"))
                     .cloned()
                     .unwrap_or(Value::Null);
-                out.push(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}));
+                out.push(Part::Event(
+                    json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}),
+                ));
             }
         }
     }
@@ -122,7 +180,7 @@ pub fn bridge(client: &OrderChecker, truth: &ThreadFold) -> Vec<Value> {
 }
 
 /// A prelude whose `RUN_STARTED` is not marked (a bridge inside a connection).
-fn prelude_unmarked(truth: &ThreadFold) -> Vec<Value> {
+fn prelude_unmarked(truth: &ThreadFold) -> Vec<Part> {
     let mut out = Vec::new();
     if matches!(truth.checker().open().run(), RunLifecycle::NotStarted) {
         return out;
@@ -131,8 +189,8 @@ fn prelude_unmarked(truth: &ThreadFold) -> Vec<Value> {
     out
 }
 
-/// `RUN_STARTED`, snapshots, re-opens, terminals of the current run.
-fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out: &mut Vec<Value>) {
+/// `RUN_STARTED`, snapshots, re-opens, terminals of the current run; `mark`: a prelude's.
+fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out: &mut Vec<Part>) {
     let open = truth.checker().open();
     let Some(started) = run_started(open.run()) else {
         // Errored without a RUN_STARTED: only its RUN_ERROR can be restated.
@@ -148,16 +206,8 @@ fn restate_current_run(truth: &ThreadFold, skip: &HashSet<Key>, mark: bool, out:
         // the start of a new connection.
         unmark_prelude(&mut rs);
     }
-    out.push(rs);
-    push_messages_snapshot(truth, out);
-    if mark {
-        // A prelude always restates the state, `{}` included: its client may hold state this
-        // log never had (from an epoch Redis lost, or a tail a failover rolled back), which
-        // only a snapshot replaces. A bridge's client got its state from this log.
-        out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": truth.fold().state()}));
-    } else if let Some(s) = state_snapshot(truth) {
-        out.push(s);
-    }
+    out.push(Part::Event(rs));
+    out.push(Part::Snapshots);
     if matches!(open.run(), RunLifecycle::Running { .. }) {
         reopen(truth, skip, out);
     } else {
@@ -175,18 +225,20 @@ fn run_started(run: &RunLifecycle) -> Option<&Arc<Value>> {
     }
 }
 
-fn push_terminals(run: &RunLifecycle, out: &mut Vec<Value>) {
+fn push_terminals(run: &RunLifecycle, out: &mut Vec<Part>) {
     match run {
-        RunLifecycle::Finished { run_finished, .. } => out.push((**run_finished).clone()),
+        RunLifecycle::Finished { run_finished, .. } => {
+            out.push(Part::Event((**run_finished).clone()));
+        }
         RunLifecycle::Errored {
             run_finished,
             run_error,
             ..
         } => {
             if let Some(f) = run_finished {
-                out.push((**f).clone());
+                out.push(Part::Event((**f).clone()));
             }
-            out.push((**run_error).clone());
+            out.push(Part::Event((**run_error).clone()));
         }
         RunLifecycle::NotStarted | RunLifecycle::Running { .. } => {}
     }
@@ -241,7 +293,8 @@ pub fn is_prelude_start(event: &Value) -> bool {
 /// one placeholder per role the client only drops when a snapshot carries that role
 /// (`reasoning`, `activity`), and only for roles the full snapshot carries, which then drops
 /// the placeholders again.
-fn push_messages_snapshot(truth: &ThreadFold, out: &mut Vec<Value>) {
+fn messages_snapshots(truth: &ThreadFold) -> Vec<Value> {
+    let mut out = Vec::new();
     let messages = truth.fold().messages();
     if !messages.is_empty() {
         let has = |role: &str| {
@@ -261,6 +314,7 @@ fn push_messages_snapshot(truth: &ThreadFold, out: &mut Vec<Value>) {
         out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": clear}));
     }
     out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
+    out
 }
 
 fn state_snapshot(truth: &ThreadFold) -> Option<Value> {
@@ -292,7 +346,7 @@ fn keys(open: &OpenConstructs) -> HashSet<Key> {
 /// per lane owner (`transformChunks` then ends the lane's item itself; an explicit END would
 /// reach a message the lane already closed). The snapshot is the truth, which the bridge
 /// restates anyway.
-fn close_lanes(client: &OrderChecker, truth: &ThreadFold, out: &mut Vec<Value>) {
+fn close_lanes(client: &OrderChecker, truth: &ThreadFold, out: &mut Vec<Part>) {
     let mut owners: Vec<Option<String>> = Vec::new();
     for lane in client.open_lanes() {
         if !owners.contains(&lane.owner) {
@@ -304,7 +358,7 @@ fn close_lanes(client: &OrderChecker, truth: &ThreadFold, out: &mut Vec<Value>) 
         if let (Some(o), Value::Object(m)) = (owner, &mut e) {
             m.insert("subagentRunId".into(), Value::String(o));
         }
-        out.push(e);
+        out.push(Part::Event(e));
     }
 }
 
@@ -319,7 +373,7 @@ fn lane_keys(checker: &OrderChecker) -> HashSet<Key> {
 
 /// Ends the client's open items selected by `pick`, newest first, except those of the
 /// client's open chunk lanes ([`close_lanes`] ends them).
-fn close_items(client: &OrderChecker, pick: impl Fn(&Key) -> bool, out: &mut Vec<Value>) {
+fn close_items(client: &OrderChecker, pick: impl Fn(&Key) -> bool, out: &mut Vec<Part>) {
     let lanes = lane_keys(client);
     let mut items = client.open().in_opening_order();
     items.reverse();
@@ -337,20 +391,22 @@ fn close_items(client: &OrderChecker, pick: impl Fn(&Key) -> bool, out: &mut Vec
             }
             OpenKind::Step => json!({"type": "STEP_FINISHED", "stepName": item.id()}),
             OpenKind::Subagent => {
-                out.push(json!({"type": "SUBAGENT_FINISHED", "subagentRunId": item.id()}));
+                out.push(Part::Event(
+                    json!({"type": "SUBAGENT_FINISHED", "subagentRunId": item.id()}),
+                ));
                 continue;
             }
         };
         if let (Some(o), Value::Object(m)) = (item.subagent_run_id(), &mut end) {
             m.insert("subagentRunId".into(), Value::String(o.to_owned()));
         }
-        out.push(end);
+        out.push(Part::Event(end));
     }
 }
 
 /// Re-opens what is open in truth and not in `skip`, in opening order: the original START, or
 /// for an item of an open chunk lane, the lane's re-opening chunk.
-fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
+fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Part>) {
     let lanes = truth.checker().open_lanes();
     for (kind, item) in truth.checker().open().in_opening_order() {
         if skip.contains(&key(kind, item)) {
@@ -360,8 +416,8 @@ fn reopen(truth: &ThreadFold, skip: &HashSet<Key>, out: &mut Vec<Value>) {
             .iter()
             .find(|l| l.id() == item.id() && l.kind().open_kind() == kind);
         match lane {
-            Some(l) => out.push(l.reopening_chunk()),
-            None => out.push(item.start().clone()),
+            Some(l) => out.push(Part::Event(l.reopening_chunk())),
+            None => out.push(Part::Event(item.start().clone())),
         }
     }
 }

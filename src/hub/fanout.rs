@@ -13,7 +13,7 @@ use crate::fold::{Applied, load_fold};
 use crate::log::{LogEntry, LogHead, ResumeGap, StreamPos, TailItem};
 use crate::metrics as m;
 use crate::queue::Frame;
-use crate::queue::{CloseReason, MergeKey, Pushed};
+use crate::queue::{CloseReason, MergeKey, Pushed, ResetCause};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,7 +80,7 @@ impl Hub {
                 let mut resets = 0u64;
                 let mut closed = 0u64;
                 st.subscribers.retain(|(_, q)| {
-                    if q.begin_reset() {
+                    if q.begin_reset(ResetCause::Trimmed) {
                         resets += 1;
                         true
                     } else {
@@ -190,7 +190,7 @@ impl Hub {
             }
             // Still full after coalescing: snapshot-and-reset, the bridge built when the
             // writer comes back (see `bridge.rs`).
-            if q.begin_reset() {
+            if q.begin_reset(ResetCause::Overflow) {
                 resets += 1;
                 return true;
             }

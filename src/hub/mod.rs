@@ -14,6 +14,8 @@
 //! - `fanout.rs`: following the tail, folding and encoding each event once, pushing the frames
 //!   into the queues, the slow-consumer policy (coalesce, then reset);
 //! - `bridge.rs`: the reset bridges a reset queue calls back for (`queue::BridgeSource`);
+//! - `encoded.rs`: the prelude and the bridge snapshots at the cursor, encoded once and
+//!   shared by every connection that needs them;
 //! - `backfill.rs`: the resume read of `(after, c]` from the log into a connection's queue;
 //! - `snapshot.rs`: the thread's fold as JSON (`GET /v1/threads/{threadId}/snapshot`).
 //!
@@ -43,6 +45,7 @@
 
 mod backfill;
 mod bridge;
+mod encoded;
 mod fanout;
 mod snapshot;
 mod subscribe;
@@ -110,6 +113,8 @@ struct ThreadState {
     subscribers: Vec<(u64, Arc<ConnQueue>)>,
     /// Taken out of the hub's map (its last subscriber left); never reused.
     removed: bool,
+    /// The prelude and bridge snapshots of the fold at `cursor`, encoded once (`encoded.rs`).
+    encoded: encoded::Encoded,
 }
 
 impl Hub {
@@ -183,6 +188,7 @@ impl Hub {
                         view: None,
                         subscribers: Vec::new(),
                         removed: false,
+                        encoded: Default::default(),
                     }),
                     first_entries: Notify::new(),
                 })

@@ -24,14 +24,12 @@ use super::bridge::Bridges;
 use super::{Hub, ThreadHub};
 use crate::event::ThreadId;
 use crate::fold::load_fold;
-use crate::fold::prelude;
 use crate::log::{Epoch, EventId, LogError, LogHead, ReadFrom, ResumeGap, StreamPos};
 use crate::metrics as m;
 use crate::queue::Frame;
 use crate::queue::{CloseReason, ConnQueue};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Where a new subscription starts (PROTOCOL §2, §4).
@@ -317,19 +315,8 @@ impl Hub {
         let (writer_after, prelude, view) = if backfill_from.is_some() {
             (after, None, None)
         } else {
-            let prelude = match (&st.fold, st.head) {
-                (Some(fold), Some(head)) => {
-                    let events = prelude::prelude(fold);
-                    (!events.is_empty()).then(|| {
-                        let id = EventId {
-                            epoch: head.epoch,
-                            pos: st.cursor,
-                        };
-                        Frame::synthesised(id, &events, Instant::now(), st.view.clone())
-                    })
-                }
-                _ => None,
-            };
+            // Encoded once per position: every subscriber starting here shares its bytes.
+            let prelude = st.encoded_prelude();
             (st.cursor, prelude, st.view.clone())
         };
         let queue = Arc::new(ConnQueue::new(

@@ -61,6 +61,7 @@ impl Inner {
             || self.reset_pending
             || !self.backfill.is_empty()
             || !self.live.is_empty()
+            || self.bridge.is_some()
             || self.writer_busy
             || self.partial.is_some()
             || frame.id.pos <= self.last

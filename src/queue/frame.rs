@@ -2,9 +2,10 @@
 //! with what coalescing may merge it with and the thread's order state after it.
 
 use super::MergeKey;
+use super::bridge::json_of;
 use crate::event::EventType;
 use crate::event::order::OrderChecker;
-use crate::log::{EventId, LogEntry, ResumeId};
+use crate::log::{EventId, LogEntry};
 use crate::sse;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -55,38 +56,11 @@ impl Frame {
         }
     }
 
-    /// Several synthesised events (a prelude or a reset bridge) as one frame: every event is
-    /// its own SSE event, and only the last carries `id` (PROTOCOL §5: a client cut off inside
-    /// resumes from where it was before). `view` is the order state after the last event.
+    /// Several synthesised events (a prelude) as one frame: every event is its own SSE event,
+    /// and only the last carries `id` (PROTOCOL §5: a client cut off inside resumes from where
+    /// it was before; a reset bridge is a [`super::Bridge`]). `view` is the order state after the last event.
     /// `events` must not be empty.
     pub fn synthesised(
-        id: EventId,
-        events: &[Value],
-        born: Instant,
-        view: Option<Arc<OrderChecker>>,
-    ) -> Frame {
-        Self::synthesised_from(None, id, events, born, view)
-    }
-
-    /// A reset bridge (PROTOCOL §5 "Reset") as one frame: like [`Frame::synthesised`], and when
-    /// the bridge has more than one event its first event also carries
-    /// [`ResumeId::InsideBridge`]`(after)`, `after` being the last id the connection was
-    /// given before the bridge. A client cut off inside the bridge has applied part of it and
-    /// must not be resumed exactly from `after`: it comes back with the mark instead and gets
-    /// a prelude. `events` must not be empty.
-    pub fn bridge(
-        after: EventId,
-        id: EventId,
-        events: &[Value],
-        born: Instant,
-        view: Option<Arc<OrderChecker>>,
-    ) -> Frame {
-        let mark = (events.len() > 1).then_some(ResumeId::InsideBridge(after));
-        Self::synthesised_from(mark, id, events, born, view)
-    }
-
-    fn synthesised_from(
-        mark: Option<ResumeId>,
         id: EventId,
         events: &[Value],
         born: Instant,
@@ -96,21 +70,13 @@ impl Frame {
         let mut event_type = EventType::Raw;
         let mut data_start = 0;
         for (i, ev) in events.iter().enumerate() {
-            // Serialising a `Value` cannot fail (string keys only).
-            let json = serde_json::to_vec(ev).unwrap_or_default();
             event_type = ev
                 .get("type")
                 .and_then(Value::as_str)
                 .and_then(EventType::parse)
                 .unwrap_or(EventType::Raw);
-            let id_text = if i + 1 == events.len() {
-                Some(id.to_string())
-            } else if i == 0 {
-                mark.map(|m| m.to_string())
-            } else {
-                None
-            };
-            data_start = sse::put_event(&mut buf, id_text.as_deref(), &json);
+            let id_text = (i + 1 == events.len()).then(|| id.to_string());
+            data_start = sse::put_event(&mut buf, id_text.as_deref(), &json_of(ev));
         }
         Frame {
             id,
@@ -176,37 +142,6 @@ mod tests {
             Some(&br#"{"type":"STATE_SNAPSHOT","snapshot":{}}"#[..])
         );
         assert_eq!(f.event_type, EventType::StateSnapshot);
-    }
-
-    #[test]
-    fn bridge_frame_marks_its_first_event_and_ids_its_last() {
-        let at = |seq| EventId {
-            epoch: Epoch(1),
-            pos: StreamPos::new(0, seq),
-        };
-        let events = [
-            serde_json::json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}),
-            serde_json::json!({"type":"RUN_STARTED","threadId":"t","runId":"s"}),
-            serde_json::json!({"type":"STATE_SNAPSHOT","snapshot":{}}),
-        ];
-        let f = Frame::bridge(at(4), at(9), &events, Instant::now(), None);
-        let text = std::str::from_utf8(&f.bytes).unwrap();
-        let ids: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("id: "))
-            .collect();
-        assert_eq!(ids, ["00000001-0-4-bridge", "00000001-0-9"], "{text}");
-        assert!(text.starts_with("id: 00000001-0-4-bridge\ndata: {\"type\":\"RUN_FINISHED\""));
-        assert_eq!(
-            ids[0].parse::<ResumeId>(),
-            Ok(ResumeId::InsideBridge(at(4)))
-        );
-        // A bridge of one event is whole or not received at all: its id alone.
-        let one = Frame::bridge(at(4), at(9), &events[2..], Instant::now(), None);
-        assert_eq!(
-            &one.bytes[..],
-            &b"id: 00000001-0-9\ndata: {\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}\n\n"[..]
-        );
     }
 
     #[test]

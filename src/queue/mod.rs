@@ -11,24 +11,34 @@
 //! The writer drains the backfill buffer first, then the live buffer, and skips any frame at or
 //! before the last position it wrote, which makes the backfill → live hand-over exact.
 //!
-//! Beside the queue: `frame.rs` ([`Frame`], the queue's item), [`coalesce`](mod@coalesce)
-//! (the pure merge rules), `reset.rs` (an overflow's snapshot-and-reset bridge,
-//! [`BridgeSource`]) and `direct.rs` (the fan-out writing a frame through the writer's
-//! [`Sink`] itself). The lock discipline is on [`ConnQueue`].
+//! What the writer takes is a [`Batch`] of the frames themselves: the `Bytes` every
+//! subscriber of the thread shares, written with one vectored write, never copied into a
+//! buffer of the connection's own.
+//!
+//! Beside the queue: `frame.rs` ([`Frame`], the queue's item), `batch.rs` ([`Batch`], what a
+//! writer takes), [`coalesce`](mod@coalesce) (the pure merge rules), `reset.rs` (an
+//! overflow's snapshot-and-reset, [`BridgeSource`], and the count of what it skipped),
+//! `bridge.rs` ([`Bridge`], the reset's events as shared chunks) and `direct.rs` (the fan-out
+//! writing a frame through the writer's [`Sink`] itself). The lock discipline is on
+//! [`ConnQueue`].
 
+mod batch;
+mod bridge;
 pub mod coalesce;
 mod direct;
 mod frame;
 mod reset;
 
+pub use batch::Batch;
+pub use bridge::{Bridge, BridgePart, SharedEvents};
 pub use coalesce::MergeKey;
 pub use direct::Sink;
 pub use frame::Frame;
-pub use reset::BridgeSource;
+pub use reset::{BridgeSource, ResetCause, Skipped};
 
 use crate::event::order::OrderChecker;
 use crate::log::StreamPos;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use coalesce::coalesce;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
@@ -103,8 +113,8 @@ impl CloseReason {
 /// What [`ConnQueue::next_batch`] yields.
 #[derive(Debug)]
 pub enum Drained {
-    /// Every frame that was ready, concatenated into one write.
-    Frames(Bytes),
+    /// Every frame that was ready (a pending reset's bridge first), for one write.
+    Frames(Batch),
     /// The queue was closed; nothing more will come.
     Closed(CloseReason),
 }
@@ -158,9 +168,13 @@ struct Inner {
     live_bytes: usize,
     /// Last position written to the client; frames at or before it are skipped.
     last: StreamPos,
-    /// A reset bridge is queued and not yet taken by the writer. The bridge is not counted
-    /// against the bounds (its size is the thread's fold, not the backlog).
-    bridge_pending: bool,
+    /// A reset bridge not yet taken by the writer; it goes out before the live buffer, which
+    /// holds only newer frames. Not counted against the bounds (its size is the thread's
+    /// fold, not the backlog).
+    bridge: Option<Bridge>,
+    /// What resets dropped that no snapshot restates, since the writer last took a bridge
+    /// (the next bridge's gap event tells the client, PROTOCOL §5 "Reset").
+    skipped: Skipped,
     /// The live buffer overflowed and was dropped ([`ConnQueue::begin_reset`]): pushes are
     /// dropped until the writer has the bridge built ([`BridgeSource`]).
     reset_pending: bool,
@@ -196,7 +210,8 @@ impl ConnQueue {
                 live: VecDeque::new(),
                 live_bytes: 0,
                 last: after,
-                bridge_pending: false,
+                bridge: None,
+                skipped: Skipped::default(),
                 reset_pending: false,
                 bridges: None,
                 closed: None,
@@ -230,8 +245,14 @@ impl ConnQueue {
         let added = frames.len() as i64;
         let result = {
             let mut q = self.inner.lock();
-            // Closed, or reset pending: the bridge the writer will get stands for these frames.
-            if q.closed.is_some() || q.reset_pending {
+            // Closed, or reset pending: the bridge the writer will get stands for these frames
+            // (and its gap event counts those it cannot restate).
+            if q.closed.is_some() {
+                return Ok(Pushed::Dropped);
+            }
+            if q.reset_pending {
+                let last = q.last;
+                q.skipped.count(frames, last);
                 return Ok(Pushed::Dropped);
             }
             if let [frame] = frames
@@ -264,18 +285,21 @@ impl ConnQueue {
     }
 
     /// What the live buffer holds now, as `(frames, bytes)`, a pending reset bridge included
-    /// (so this can exceed [`QueueLimits`] by one bridge). The backfill buffer is not counted
-    /// (it is bounded by the backfill task waiting for room). Read-only, for tests and
-    /// diagnostics.
+    /// as one frame (so this can exceed [`QueueLimits`] by one bridge). The backfill buffer is
+    /// not counted (it is bounded by the backfill task waiting for room). Read-only, for tests
+    /// and diagnostics.
     pub fn pending(&self) -> (usize, usize) {
         let q = self.inner.lock();
-        (q.live.len(), q.live.iter().map(|f| f.bytes.len()).sum())
+        let bridge = q.bridge.as_ref().map_or(0, |b| b.batch.len());
+        (
+            q.live.len() + usize::from(q.bridge.is_some()),
+            q.live.iter().map(|f| f.bytes.len()).sum::<usize>() + bridge,
+        )
     }
 
     /// Whether the live buffer exceeds a bound (a pending bridge is not counted).
     fn over_bounds(&self, q: &Inner) -> bool {
-        let frames = q.live.len() - usize::from(q.bridge_pending && !q.live.is_empty());
-        frames > self.limits.max_events || q.live_bytes > self.limits.max_bytes
+        q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes
     }
 
     /// The position of the last frame taken by the writer or written at once (or where the
@@ -330,7 +354,11 @@ impl ConnQueue {
                 return;
             }
             q.closed = Some(reason);
-            let dropped = (q.backfill.len() + q.live.len() + usize::from(q.reset_pending)) as i64;
+            let dropped = (q.backfill.len()
+                + q.live.len()
+                + usize::from(q.reset_pending)
+                + usize::from(q.bridge.is_some())) as i64;
+            q.bridge = None;
             if q.reset_pending {
                 q.reset_pending = false;
                 PENDING_RESETS.fetch_sub(1, Ordering::Relaxed);
@@ -372,11 +400,16 @@ impl ConnQueue {
     }
 
     /// Takes every ready frame without waiting; `None` when there is nothing to do. A pending
-    /// reset has its bridge built first (by the [`BridgeSource`], on this caller's time).
+    /// reset has its bridge built first (by the [`BridgeSource`], on this caller's time) and
+    /// goes out first. The frames are handed over as they are (shared `Bytes`), never copied
+    /// into one buffer: a thousand connections that resume at once hold references to the
+    /// same frames, not a thousand copies of them.
     pub fn try_drain(&self) -> Option<Drained> {
         self.build_pending_bridge();
         let mut taken: Vec<Frame> = Vec::new();
         let mut single: Option<Frame> = None;
+        let mut bridge: Option<Bridge> = None;
+        let mut told = Skipped::default();
         let mut skipped = 0i64;
         let from_backfill;
         {
@@ -384,12 +417,20 @@ impl ConnQueue {
             if let Some(rest) = q.partial.take() {
                 // The rest of a frame the hub started: before anything, even the close.
                 q.writer_busy = true;
-                return Some(Drained::Frames(rest));
+                return Some(Drained::Frames(Batch::one(rest)));
             }
             if let Some(reason) = q.closed {
                 return Some(Drained::Closed(reason));
             }
             from_backfill = !q.backfill.is_empty();
+            if !from_backfill && q.backfill_done {
+                // A bridge exists only once the backfill is done (see `begin_reset`).
+                bridge = q.bridge.take();
+                if bridge.is_some() {
+                    // Its gap event tells the client what the resets skipped.
+                    told = std::mem::take(&mut q.skipped);
+                }
+            }
             let buffered = if from_backfill {
                 q.backfill.len()
             } else if q.backfill_done {
@@ -397,16 +438,20 @@ impl ConnQueue {
             } else {
                 0
             };
-            if buffered == 0 {
+            if buffered == 0 && bridge.is_none() {
                 return None;
             }
             let mut last = q.last;
+            if let Some(b) = &bridge {
+                last = b.id.pos;
+                q.client_view = b.view.clone();
+            }
             let buffer = if from_backfill {
                 &mut q.backfill
             } else {
                 &mut q.live
             };
-            if buffered == 1 {
+            if buffered == 1 && bridge.is_none() {
                 // The common case of a subscriber that keeps up: no batch vector.
                 match buffer.pop_front() {
                     Some(f) if f.id.pos > last => {
@@ -432,39 +477,40 @@ impl ConnQueue {
                 q.client_view = f.view.clone();
             }
             if !from_backfill {
-                q.bridge_pending = false;
                 q.live_bytes = 0;
             }
-            if single.is_some() || !taken.is_empty() {
+            if single.is_some() || !taken.is_empty() || bridge.is_some() {
                 q.writer_busy = true;
             }
         }
-        let count = taken.len() + usize::from(single.is_some());
+        let count = taken.len() + usize::from(single.is_some()) + usize::from(bridge.is_some());
         if count > 0 || skipped > 0 {
             PENDING_EVENTS.fetch_sub(count as i64 + skipped, Ordering::Relaxed);
         }
         if from_backfill {
             self.backfill_room.notify_one();
         }
+        if bridge.is_some() {
+            told.record();
+        }
         if let Some(f) = single {
             crate::metrics::record_publish_to_write(f.born);
-            return Some(Drained::Frames(f.bytes));
+            return Some(Drained::Frames(Batch::one(f.bytes)));
         }
         if taken.len() >= self.coalesce_from() {
             // Behind: what piled up goes out merged (PROTOCOL §5).
             count_coalesced(coalesce(&mut taken, apply_patch));
         }
-        let oldest = taken.first()?.born;
+        let oldest = bridge
+            .as_ref()
+            .map(|b| b.born)
+            .or_else(|| taken.first().map(|f| f.born))?;
         crate::metrics::record_publish_to_write(oldest);
-        if taken.len() == 1 {
-            return taken.pop().map(|f| Drained::Frames(f.bytes));
+        let mut batch = bridge.map(|b| b.batch).unwrap_or_default();
+        for f in taken {
+            batch.push(f.bytes);
         }
-        let len = taken.iter().map(|f| f.bytes.len()).sum();
-        let mut buf = BytesMut::with_capacity(len);
-        for f in &taken {
-            buf.extend_from_slice(&f.bytes);
-        }
-        Some(Drained::Frames(buf.freeze()))
+        Some(Drained::Frames(batch))
     }
 }
 
@@ -486,8 +532,6 @@ fn compact(q: &mut Inner) {
     let before = frames.len() as i64;
     count_coalesced(coalesce(&mut frames, apply_patch));
     PENDING_EVENTS.fetch_sub(before - frames.len() as i64, Ordering::Relaxed);
-    // A pending bridge (always first: it is never merged) stays uncounted.
-    let uncounted = usize::from(q.bridge_pending);
-    q.live_bytes = frames.iter().skip(uncounted).map(|f| f.bytes.len()).sum();
+    q.live_bytes = frames.iter().map(|f| f.bytes.len()).sum();
     q.live.extend(frames);
 }

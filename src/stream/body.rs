@@ -1,7 +1,7 @@
 //! The hyper response body of a subscriber stream (HTTP/2, and HTTP/1 requests the connection
 //! front hands to hyper).
 
-use super::{Guard, StreamSettings, Wake, WriterState, first_write};
+use super::{Guard, MAX_GATHER, StreamSettings, Wake, WriterState, first_write};
 use crate::queue::ConnQueue;
 use bytes::Bytes;
 use futures::Stream;
@@ -13,6 +13,9 @@ use std::task::{Context, Poll};
 /// frames, then whatever the queue yields, heartbeats when idle, until the queue closes (the
 /// node's drain closes it too) or the client goes away (the stream is dropped: `guard`
 /// unregisters it).
+///
+/// Each body frame is one shared frame as it is, or small frames gathered into a piece of at
+/// most 64 KiB: a connection never copies what it was given whole (a prelude, a backlog).
 pub fn body(
     queue: Arc<ConnQueue>,
     prefix: Vec<Bytes>,
@@ -20,7 +23,7 @@ pub fn body(
     guard: Guard,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
     let first = first_write(&settings, prefix);
-    let state = WriterState::new(queue, settings, Some(first), guard);
+    let state = WriterState::new(queue, settings, first, guard);
     futures::stream::unfold(state, |mut st| async move {
         let bytes = std::future::poll_fn(|cx| st.poll_write(cx)).await?;
         Some((Ok(bytes), st))
@@ -33,14 +36,17 @@ impl WriterState {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Some(first) = self.pending_first.take() {
-            return Poll::Ready(Some(first));
+        if let Some(piece) = self.pending.next_chunk(MAX_GATHER) {
+            return Poll::Ready(Some(piece));
         }
         loop {
             match std::task::ready!(self.poll_wake(cx)) {
-                Wake::Frames(bytes) => {
+                Wake::Frames(mut batch) => {
                     self.wrote_at = tokio::time::Instant::now();
-                    return Poll::Ready(Some(bytes));
+                    if let Some(piece) = batch.next_chunk(MAX_GATHER) {
+                        self.pending = batch;
+                        return Poll::Ready(Some(piece));
+                    }
                 }
                 Wake::Closed(last) => {
                     self.done = true;

@@ -14,9 +14,9 @@ mod socket;
 pub use body::body;
 pub use socket::write_socket;
 
-use crate::queue::{CloseReason, ConnQueue, Drained};
+use crate::queue::{Batch, CloseReason, ConnQueue, Drained};
 use crate::sse::{self, HEARTBEAT};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -73,20 +73,25 @@ impl StreamSettings {
 /// An object kept alive as long as the stream (the hub's registration guard).
 pub type Guard = Box<dyn Send + Sync + 'static>;
 
-/// The first write of a stream: `retry:`, then the `prefix` frames (comments, a prelude).
-fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Bytes {
-    let mut first = BytesMut::new();
-    first.extend_from_slice(&sse::encode_retry(settings.retry_ms));
+/// The first write of a stream: `retry:`, then the `prefix` frames (comments, a prelude), as
+/// they are: a prelude is the thread's, shared by every connection that starts at its
+/// position, not copied into each.
+fn first_write(settings: &StreamSettings, prefix: Vec<Bytes>) -> Batch {
+    let mut first = Batch::one(sse::encode_retry(settings.retry_ms));
     for p in prefix {
-        first.extend_from_slice(&p);
+        first.push(p);
     }
-    first.freeze()
+    first
 }
+
+/// Most bytes a writer copies into one piece when it gathers small frames for a writer of
+/// whole `Bytes` (a hyper body frame, [`Batch::next_chunk`]); larger frames go out as they are.
+const MAX_GATHER: usize = 64 << 10;
 
 /// What wakes a stream's writer.
 enum Wake {
     /// Frames to write.
-    Frames(Bytes),
+    Frames(Batch),
     /// The queue closed; the stream ends after these last words.
     Closed(Option<Bytes>),
     /// The heartbeat timer fired.
@@ -100,7 +105,8 @@ enum Wake {
 struct WriterState {
     queue: Arc<ConnQueue>,
     settings: StreamSettings,
-    pending_first: Option<Bytes>,
+    /// Taken and not yet handed out (the hyper body hands out one piece at a time).
+    pending: Batch,
     heartbeat: std::pin::Pin<Box<tokio::time::Sleep>>,
     /// When the last bytes were handed out.
     wrote_at: tokio::time::Instant,
@@ -109,12 +115,12 @@ struct WriterState {
 }
 
 impl WriterState {
-    /// A writer of `queue` that starts with `pending_first` (if any), its heartbeat timer
+    /// A writer of `queue` that starts with `pending` (possibly empty), its heartbeat timer
     /// armed from now.
     fn new(
         queue: Arc<ConnQueue>,
         settings: StreamSettings,
-        pending_first: Option<Bytes>,
+        pending: Batch,
         guard: Guard,
     ) -> WriterState {
         let now = tokio::time::Instant::now();
@@ -124,7 +130,7 @@ impl WriterState {
         WriterState {
             queue,
             settings,
-            pending_first,
+            pending,
             heartbeat,
             wrote_at: now,
             done: false,

@@ -3,8 +3,9 @@
 //! ([`crate::queue::Sink`]).
 
 use super::{Guard, StreamSettings, Wake, WriterState, first_write};
-use crate::queue::{ConnQueue, Sink};
-use bytes::{Bytes, BytesMut};
+use crate::queue::{Batch, ConnQueue, Sink};
+use bytes::{Buf, Bytes};
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -12,8 +13,9 @@ use tokio::net::TcpStream;
 
 /// Writes a subscriber's stream straight to its socket (HTTP/1 requests taken by the
 /// connection front, `http::conn`): `head` (the response head), `retry:` and `prefix` in one
-/// write, then every batch the queue yields as one write, heartbeats when idle, until the
-/// queue closes or the client goes away. Returns when the stream has ended; the socket is
+/// vectored write, then every batch the queue yields as one vectored write (`writev(2)` of the
+/// shared frames themselves: nothing is copied per connection), heartbeats when idle, until
+/// the queue closes or the client goes away. Returns when the stream has ended; the socket is
 /// closed when `io` is dropped (the response is delimited by the close, RFC 9112 §6.3).
 ///
 /// While waiting it also watches the socket for reads, so a client that closes its end is
@@ -29,16 +31,16 @@ pub async fn write_socket(
 ) {
     let io = Arc::new(io);
     let patience = settings.write_timeout;
-    let mut first = BytesMut::from(&head[..]);
-    first.extend_from_slice(&first_write(&settings, prefix));
-    if write_all(&io, &first, patience).await.is_err() {
+    let mut first = Batch::one(head);
+    first.extend(first_write(&settings, prefix));
+    if write_all(&io, &mut first, patience).await.is_err() {
         return;
     }
     drop(first);
     // From here on the hub may write frames itself while this writer is idle.
     queue.attach_sink(io.clone());
     let _detach = Detach(queue.clone());
-    let mut st = WriterState::new(queue, settings, None, guard);
+    let mut st = WriterState::new(queue, settings, Batch::new(), guard);
     // Bytes the client sent after its request (read and dropped).
     let mut ignored = 0usize;
     /// What woke the socket writer.
@@ -57,17 +59,17 @@ pub async fn write_socket(
             Poll::Pending
         })
         .await;
-        let bytes = match wake {
-            SocketWake::Stream(Wake::Frames(bytes)) => bytes,
+        let mut batch = match wake {
+            SocketWake::Stream(Wake::Frames(batch)) => batch,
             SocketWake::Stream(Wake::Closed(last)) => {
                 if let Some(last) = last {
-                    let _ = write_all(&io, &last, patience).await;
+                    let _ = write_all(&io, &mut Batch::one(last), patience).await;
                 }
                 return;
             }
             SocketWake::Stream(Wake::Heartbeat) => match st.on_heartbeat() {
                 // A frame the hub wrote partly goes first: skip this heartbeat.
-                Some(bytes) if st.queue.begin_own_write() => bytes,
+                Some(bytes) if st.queue.begin_own_write() => Batch::one(bytes),
                 _ => continue,
             },
             SocketWake::Readable => {
@@ -92,7 +94,7 @@ pub async fn write_socket(
                 }
             }
         };
-        if let Err(e) = write_all(&io, &bytes, patience).await {
+        if let Err(e) = write_all(&io, &mut batch, patience).await {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 tracing::debug!("subscriber accepted nothing for the write timeout; disconnecting");
                 metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout")
@@ -149,16 +151,24 @@ impl Drop for Detach {
     }
 }
 
-/// Writes all of `buf` to a socket shared with the hub (which writes only while this writer
-/// is idle, see [`ConnQueue::attach_sink`]).
+/// Most chunks handed to one `writev(2)` (Linux takes up to 1024).
+const MAX_IOVECS: usize = 256;
+
+/// Writes all of `batch` to a socket shared with the hub (which writes only while this writer
+/// is idle, see [`ConnQueue::attach_sink`]), with vectored writes of its chunks as they are.
 ///
 /// # Errors
 /// The socket's error; `TimedOut` when the socket accepted no byte for `patience`.
-async fn write_all(io: &TcpStream, mut buf: &[u8], patience: Duration) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        match io.try_write(buf) {
+async fn write_all(io: &TcpStream, batch: &mut Batch, patience: Duration) -> std::io::Result<()> {
+    while !batch.is_empty() {
+        let written = {
+            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+            let n = batch.chunks_vectored(&mut slices);
+            io.try_write_vectored(&slices[..n])
+        };
+        match written {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
+            Ok(n) => batch.advance(n),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 let mut unsent = unsent_bytes(io);
                 loop {

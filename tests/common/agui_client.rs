@@ -73,6 +73,10 @@ pub struct CaseResult {
     pub state: Value,
     /// The `console.warn` lines the client emitted.
     pub warnings: Vec<String>,
+    /// Every `CUSTOM` event an app's `onCustomEvent` subscriber got, as `{name, value}`, in
+    /// order.
+    #[serde(default)]
+    pub custom: Vec<Value>,
 }
 
 /// `tests/node`.

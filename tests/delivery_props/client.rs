@@ -468,7 +468,8 @@ impl Client {
         loop {
             let Some(sub) = &self.sub else { return Ok(()) };
             match sub.queue.try_drain() {
-                Some(Drained::Frames(bytes)) => {
+                Some(Drained::Frames(batch)) => {
+                    let bytes = batch.concat();
                     let events = bytes.windows(2).filter(|w| w == b"\n\n").count();
                     // Writes with a bridge are rare and what cuts are about: cut them often.
                     let bridge = bytes.windows(8).any(|w| w == b"-bridge\n");

@@ -142,7 +142,7 @@ fn from_start_on_a_thread_trimmed_while_followed_begins_with_a_prelude() {
         for _ in 0..8 {
             tokio::task::yield_now().await;
             if let Some(Drained::Frames(b)) = sub.queue.try_drain() {
-                received.extend(events_of(&b));
+                received.extend(events_of(&b.concat()));
             }
         }
         assert_eq!(sub.outcome, Outcome::StartTrimmed, "received {received:?}");
@@ -252,7 +252,7 @@ fn an_overflow_after_a_coalesced_write_resets_the_queue() {
         let Some(Drained::Frames(b)) = sub.queue.try_drain() else {
             panic!("frames expected");
         };
-        assert_eq!(events_of(&b), vec![content("abcde")]);
+        assert_eq!(events_of(&b.concat()), vec![content("abcde")]);
         // Five events that cannot be merged: the buffer overflows again.
         for i in 0..5 {
             rig.publish(&[json!({"type": "CUSTOM", "name": "n", "value": i})])
@@ -260,8 +260,11 @@ fn an_overflow_after_a_coalesced_write_resets_the_queue() {
         }
         match sub.queue.try_drain() {
             Some(Drained::Frames(b)) => {
-                let evs = events_of(&b);
-                assert_eq!(evs[0]["type"], "MESSAGES_SNAPSHOT", "a bridge: {evs:?}");
+                let evs = events_of(&b.concat());
+                // The gap event, the five CUSTOM events lost, then the restatement.
+                assert_eq!(evs[0]["name"], "agui-fanout.gap", "a bridge: {evs:?}");
+                assert_eq!(evs[0]["value"]["skipped"], 5, "a bridge: {evs:?}");
+                assert_eq!(evs[1]["type"], "MESSAGES_SNAPSHOT", "a bridge: {evs:?}");
             }
             other => panic!("PROTOCOL §5: the queue must be reset to a bridge, got {other:?}"),
         }

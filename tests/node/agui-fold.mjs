@@ -6,7 +6,9 @@
 //
 // Input:  {"cases":[{"name","threadId","bodies":["<raw SSE text of response 1>", ...]}]}
 // Output (stdout, one JSON document):
-//   {"results":[{"name","ok","error","failedBody","errors","messages","state","warnings"}]}
+//   {"results":[{"name","ok","error","failedBody","errors","messages","state","warnings","custom"}]}
+//   (`custom`: every CUSTOM event an app's `onCustomEvent` subscriber got, as {name, value}, in
+//   order: how an app reads, e.g., the broker's `agui-fanout.gap`)
 //
 // How: a small relay (node:http on 127.0.0.1:0) answers every POST with
 // `Content-Type: text/event-stream` and the bytes of the body being played. Each case gets a fresh
@@ -79,6 +81,12 @@ for (const c of cases) {
     initialState: {},
   });
   const errors = [];
+  const custom = [];
+  agent.subscribe({
+    onCustomEvent: ({ event }) => {
+      custom.push({ name: event.name, value: event.value });
+    },
+  });
   for (const [index, body] of c.bodies.entries()) {
     currentBody = body;
     const before = requests;
@@ -104,6 +112,7 @@ for (const c of cases) {
     messages: agent.messages,
     state: agent.state === undefined ? null : agent.state,
     warnings,
+    custom,
   });
 }
 

@@ -68,6 +68,18 @@ async fn the_bridge_after_a_reset_brings_the_client_to_the_fold_at_the_newest_id
         bridge.last().unwrap().id,
         Some(newest.last().unwrap().to_string())
     );
+    // It opens with the gap event: the six CUSTOM events dropped are lost for this client.
+    assert_eq!(
+        bridge[0].data,
+        json!({"type": "CUSTOM", "name": "agui-fanout.gap", "value": {
+            "reason": "overflow",
+            "after": given[0].to_string(),
+            "until": newest.last().unwrap().to_string(),
+            "skipped": 6,
+            "skippedTypes": {"CUSTOM": 6},
+        }})
+    );
+    assert_eq!(sub.queue.skipped(), Default::default(), "told, so reset");
     fold_into(&mut client, &bridge);
     assert_caught_up(&rig, &client).await;
 

@@ -358,7 +358,7 @@ pub(super) async fn next_batch(queue: &ConnQueue) -> Drained {
 /// The events of the next batch; panics when the queue was closed.
 pub(super) async fn next_events(queue: &ConnQueue) -> Vec<Sse> {
     match next_batch(queue).await {
-        Drained::Frames(bytes) => parse(&bytes),
+        Drained::Frames(batch) => parse(&batch.concat()),
         Drained::Closed(reason) => panic!("closed: {reason:?}"),
     }
 }
