@@ -143,6 +143,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         auth,
         cors,
         bodies,
+        connections: http::admin::connections::Connections::new(),
     };
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());

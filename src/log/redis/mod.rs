@@ -94,8 +94,10 @@
 //! - `scripts.rs` + `scripts/*.lua`: the Lua scripts and their typed arguments;
 //! - `resp.rs`: reply decoding and the validation of stored entries;
 //! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes;
-//! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`).
+//! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`);
+//! - `list.rs`: the admin API's thread list (`SCAN`) and summaries (`summary.lua`).
 
+mod list;
 mod notify;
 mod resp;
 mod runs;
@@ -105,8 +107,8 @@ mod tail;
 mod tests;
 
 use super::{
-    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeCheck, Retention, Tail, TailItem, check_resumable,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, ListCursor, LogEntry, LogError, LogHead,
+    ReadFrom, ResumeCheck, Retention, Tail, TailItem, ThreadPage, ThreadSummary, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
@@ -661,6 +663,21 @@ impl EventLog for RedisLog {
             .map_err(unavailable)
         })
         .await
+    }
+
+    /// `SCAN … MATCH … TYPE stream`, then `summary.lua` per thread (`list.rs`).
+    async fn list_threads(
+        &self,
+        prefix: &str,
+        cursor: &ListCursor,
+        limit: usize,
+    ) -> Result<ThreadPage, LogError> {
+        self.list(prefix, cursor, limit).await
+    }
+
+    /// `summary.lua`: the epoch check, `XINFO STREAM` and `XREVRANGE + - COUNT 1` (`list.rs`).
+    async fn summary(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
+        self.summary_of(thread).await
     }
 
     /// `ZADD … GT` on `<prefix>:runs` (`runs.rs`).
