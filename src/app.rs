@@ -1,7 +1,8 @@
 //! Wiring: builds the log backend, the hub and the router from a [`Config`], serves HTTP, and
 //! drains gracefully: readiness turns false, streams end themselves within the drain period
 //! (each at a jittered moment, after a jittered `retry:`), in-flight publishes complete, and
-//! only then does the process exit (PROTOCOL §9).
+//! only then does the process exit (PROTOCOL §9). Gateway runs still going at the end of the
+//! drain period end with `RUN_ERROR` `broker_shutdown` (PROTOCOL §11).
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -122,17 +123,22 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         config.strict_order,
         config.retention.max_events,
     );
+    let gateway = crate::gateway::Gateway::new(&config, ingest.clone(), log.clone())
+        .map_err(anyhow::Error::msg)?;
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let state = AppState {
         config: Arc::new(config),
         log,
         ingest,
         hub,
+        gateway,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
         auth,
         cors,
     };
+    // Zero series for the gateway's bounded labels (after the recorder is installed).
+    crate::gateway::describe_metrics();
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());
     let drain = state.config.shutdown.drain;
@@ -154,6 +160,9 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
                 // still accepted) so load balancers see the node leave; then stop accepting
                 // and let in-flight requests finish.
                 tokio::time::sleep(drain).await;
+                // Gateway runs still going end now, each with a `RUN_ERROR` (PROTOCOL §11),
+                // which also ends their callers' responses.
+                state.gateway.stop(DRAIN_GRACE).await;
             }
         };
         // Counted from SIGTERM, not from when the accept loop ends: a task of its own.

@@ -5,6 +5,8 @@
 //! Environment names: top-level keys as `AGUI_<KEY>` (`AGUI_LISTEN`, `AGUI_REDIS_URL`), nested
 //! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
 
+pub mod agents;
+
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -26,6 +28,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "limits",
     "retention",
     "shutdown",
+    "agents",
 ];
 
 /// Environment variables (after `AGUI_`) taken verbatim as strings, not parsed as values the
@@ -71,6 +74,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// The run gateway's upstream agents, by name (`[agents.<name>]`, PROTOCOL §11); none by
+    /// default.
+    pub agents: std::collections::BTreeMap<String, agents::AgentConfig>,
 }
 
 /// JWT bearer tokens (PROTOCOL §8; see `http::auth`). Authentication is on when
@@ -219,6 +225,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             retention: RetentionConfig::default(),
             shutdown: ShutdownConfig::default(),
+            agents: Default::default(),
         }
     }
 }
@@ -426,6 +433,7 @@ impl Config {
                 "cors.allow_origins: {o:?} is not an origin (scheme://host[:port], no path)"
             )));
         }
+        agents::validate(&self.agents).map_err(ConfigError::Invalid)?;
         if !self.listen.ip().is_loopback() && !self.auth.enabled() && !self.insecure {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on {} without authentication (PROTOCOL §8): set \

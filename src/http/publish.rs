@@ -214,7 +214,7 @@ fn too_large(what: &str, limit: usize) -> ApiError {
 }
 
 /// Reads the whole body, refusing more than `limit` bytes with 413.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         while let Some(err) = source {
