@@ -454,6 +454,68 @@ async fn one_run_at_a_time_and_a_cancel_ends_it_and_aborts_the_agent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_another_node_ends_the_run_and_aborts_the_agent() {
+    let agent = Upstream::start(|i| {
+        let mut events = upstream::full_run(i);
+        events.truncate(3);
+        Answer::Stream {
+            events,
+            gap: Duration::ZERO,
+            end: End::Hang,
+        }
+    })
+    .await;
+    let a = broker_with(&agent.url(), |c, _| {
+        c.redis_url = broker::redis_url();
+        c.redis_block = Duration::from_millis(100);
+    })
+    .await;
+    let b = broker::start(|c| {
+        c.redis_url = broker::redis_url();
+        c.redis_block = Duration::from_millis(100);
+    })
+    .await;
+    let (base_a, base_b) = (broker::base(a.addr), broker::base(b.addr));
+    let thread = broker::thread_id("gw-xcancel");
+    let resp = post(&base_a, "agent", &input(&thread, "r1", "hi"), None).await;
+    let mut caller = RawStream::from_response(resp);
+    for _ in 0..3 {
+        caller
+            .next_event(WAIT)
+            .await
+            .expect("the run's first events");
+    }
+    // Node B has no gateway run: it appends the RUN_ERROR for the thread's active run.
+    let url = format!("{base_b}/v1/threads/{thread}/runs/r1/cancel");
+    let done = reqwest::Client::new().post(url).send().await.unwrap();
+    assert_eq!(done.status(), 200);
+    let done: Value = done.json().await.unwrap();
+    // Node A's run sees it while its agent is silent: the caller's answer ends with it, and
+    // the agent's request is aborted.
+    let (rest, _) = caller.read_to_end(WAIT).await;
+    let rest: Vec<RawFrame> = rest.into_iter().filter(|f| f.data.is_some()).collect();
+    assert_eq!(rest.len(), 1, "only the RUN_ERROR follows: {rest:?}");
+    assert_eq!(rest[0].id.as_deref(), done["lastId"].as_str());
+    assert_eq!(events(&rest)[0]["code"], "cancelled");
+    for _ in 0..250 {
+        if agent.dropped() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(agent.dropped(), 1, "the agent's request was aborted");
+    let next = post(&base_a, "agent", &input(&thread, "r2", "again"), None).await;
+    assert_eq!(next.status(), 200, "the thread takes the next run");
+    let first = RawStream::from_response(next)
+        .next_event(WAIT)
+        .await
+        .unwrap();
+    assert_eq!(events(&[first])[0]["runId"], "r2");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_leaves_does_not_stop_the_run_unless_configured_to() {
     let agent = Upstream::start(|i| Answer::Stream {
         events: upstream::full_run(i),

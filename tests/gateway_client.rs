@@ -132,13 +132,19 @@ async fn http_agent_runs_through_the_gateway_and_another_node_sees_the_same_thre
     );
     assert_eq!(steps[2]["pendingInterrupts"], json!([]));
     let resumed = &agent.got()[2].body;
-    assert_eq!(resumed["resume"][0]["status"], "resolved", "resume[] went upstream");
+    assert_eq!(
+        resumed["resume"][0]["status"], "resolved",
+        "resume[] went upstream"
+    );
     assert_eq!(resumed["resume"][0]["payload"], json!({"approved": true}));
 
     // The client holds what the thread holds, on either node.
     let last = &steps[2];
     let snap_a = snapshot(&base_a, &thread).await;
-    assert_eq!(last["messages"], snap_a["messages"], "messages: client vs fold");
+    assert_eq!(
+        last["messages"], snap_a["messages"],
+        "messages: client vs fold"
+    );
     assert_eq!(last["state"], snap_a["state"], "state: client vs fold");
     let users: Vec<&Value> = snap_a["messages"]
         .as_array()
@@ -153,9 +159,20 @@ async fn http_agent_runs_through_the_gateway_and_another_node_sees_the_same_thre
         .await
         .expect("the viewer gets the last event")
         .expect("the viewer's task");
-    let viewed = agui::run_cases(&[agui::client_case("node B", &thread, &[seen.clone()])]);
-    assert!(viewed[0].ok, "node B's stream passes: {:?}", viewed[0].errors);
-    assert_eq!(viewed[0].messages, snap_a["messages"], "node B's viewer folds the same");
+    let viewed = agui::run_cases(&[agui::client_case(
+        "node B",
+        &thread,
+        std::slice::from_ref(&seen),
+    )]);
+    assert!(
+        viewed[0].ok,
+        "node B's stream passes: {:?}",
+        viewed[0].errors
+    );
+    assert_eq!(
+        viewed[0].messages, snap_a["messages"],
+        "node B's viewer folds the same"
+    );
     assert_eq!(viewed[0].state, snap_a["state"]);
     // The same events, with the same ids, as the caller got them.
     let log = agui::read_log(&base_b, &thread, &last_id).await;

@@ -161,6 +161,9 @@ struct Limits {
     batch: usize,
     caller_events: usize,
     caller_bytes: usize,
+    /// How often a run waiting for its agent checks whether another producer ended it
+    /// (`redis_block`).
+    watch_every: Duration,
 }
 
 /// A run active on this node.
@@ -196,6 +199,7 @@ impl Gateway {
                     batch: max_batch.max(1),
                     caller_events: config.queue.max_events,
                     caller_bytes: config.queue.max_bytes,
+                    watch_every: config.redis_block,
                 },
                 stop: CancellationToken::new(),
                 tasks: TaskTracker::new(),
@@ -315,7 +319,8 @@ impl Gateway {
     /// Ends the thread's active run `run_id` with `RUN_ERROR` `{"code": "cancelled"}` and
     /// returns the id of that event. A gateway run on this node has its upstream request
     /// aborted first; any other active run (a direct producer's, or a gateway run of another
-    /// node, which stops at its agent's next event) gets the `RUN_ERROR` appended here.
+    /// node, which sees it within `redis_block` and aborts its upstream request then) gets
+    /// the `RUN_ERROR` appended here.
     ///
     /// # Errors
     /// [`CancelError::NotActive`] when `run_id` is not the thread's active run;

@@ -19,6 +19,7 @@ use crate::ingest::{IngestError, Producer};
 use crate::log::{EventId, LogError, ReadFrom};
 use crate::metrics as m;
 use crate::sse;
+use eventsource_stream::Event;
 use futures::{FutureExt, StreamExt};
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
@@ -26,6 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use tokio::time::error::Elapsed;
 use tokio_util::sync::CancellationToken;
 
 /// Most events appended in one step: what the agent sent at once.
@@ -86,6 +88,8 @@ pub(super) struct RunTask {
     /// The run's `RUN_STARTED` is in the log.
     started: bool,
     last_id: Option<EventId>,
+    /// The last event of another producer seen after `last_id` that did not end the run.
+    foreign_seen: Option<EventId>,
 }
 
 impl RunTask {
@@ -114,6 +118,7 @@ impl RunTask {
             seq: 0,
             started: false,
             last_id: None,
+            foreign_seen: None,
         }
     }
 
@@ -152,8 +157,7 @@ impl RunTask {
             Ok(Ok(Ok(events))) => events,
         };
         loop {
-            let next = tokio::time::timeout(idle, events.next());
-            let first = match self.interruptible(next).await {
+            let first = match self.next_event(&mut events, idle).await {
                 Err(stop) => return stop,
                 Ok(Err(_)) => return Stop::Fail(silent(idle, "sent no event")),
                 Ok(Ok(None)) => {
@@ -189,6 +193,61 @@ impl RunTask {
         }
     }
 
+    /// The agent's next event, waited for at most `idle`. Meanwhile, once the run is in the
+    /// log, every `redis_block` checks whether another producer ended it (a cancel through
+    /// another node), so that the upstream request is aborted then and not at its next event.
+    async fn next_event(
+        &mut self,
+        events: &mut Events,
+        idle: Duration,
+    ) -> Result<Result<Option<Result<Event, Failure>>, Elapsed>, Stop> {
+        let deadline = tokio::time::Instant::now() + idle;
+        loop {
+            let watch = tokio::time::sleep(self.shared.limits.watch_every);
+            let started = self.started;
+            let waited = self
+                .interruptible(async {
+                    tokio::select! {
+                        r = tokio::time::timeout_at(deadline, events.next()) => Some(r),
+                        _ = watch, if started => None,
+                    }
+                })
+                .await?;
+            match waited {
+                Some(r) => return Ok(r),
+                None if self.ended_elsewhere().await => return Err(Stop::EndedElsewhere),
+                None => {}
+            }
+        }
+    }
+
+    /// Whether another producer appended the run's terminal event after its last event.
+    /// Events of others that do not end it are skipped from then on.
+    async fn ended_elsewhere(&mut self) -> bool {
+        let Some(from) = self.foreign_seen.or(self.last_id) else {
+            return false;
+        };
+        let log = &self.shared.log;
+        match log.head(&self.input.thread).await {
+            Ok(head) if head.last_id() != Some(from) => {}
+            _ => return false,
+        }
+        let Ok(entries) = log
+            .read(&self.input.thread, ReadFrom::After(from), FOREIGN_READ)
+            .await
+        else {
+            return false;
+        };
+        if entries
+            .iter()
+            .any(|e| matches!(e.event_type, EventType::RunFinished | EventType::RunError))
+        {
+            return true;
+        }
+        self.foreign_seen = entries.last().map(|e| e.id).or(self.foreign_seen);
+        false
+    }
+
     /// Awaits `fut` unless the node stops, the run is cancelled, or (under
     /// `on_disconnect = "cancel"`) the caller leaves: dropping `fut` then aborts the upstream
     /// request.
@@ -205,7 +264,7 @@ impl RunTask {
 
     /// Checks what the agent sent at once: each event's schema (as for a publish) and the
     /// run's own rules (module docs). Stops at the run's terminal event or the first failure.
-    fn prepare(&self, items: Vec<Result<eventsource_stream::Event, Failure>>) -> Prepared {
+    fn prepare(&self, items: Vec<Result<Event, Failure>>) -> Prepared {
         let mut out = Prepared::default();
         let mut started = self.started;
         for item in items {
