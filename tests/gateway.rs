@@ -680,3 +680,46 @@ async fn with_auth_a_run_needs_a_token_that_may_publish_on_the_thread() {
     assert_eq!(evs.last().unwrap()["type"], "RUN_FINISHED");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_ends_its_runs_with_broker_shutdown() {
+    let agent = Upstream::start(|i| {
+        let mut events = upstream::full_run(i);
+        events.truncate(3);
+        Answer::Stream {
+            events,
+            gap: Duration::ZERO,
+            end: End::Hang,
+        }
+    })
+    .await;
+    let server = broker_with(&agent.url(), |c, _| {
+        c.redis_url = broker::redis_url();
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("gw-stop");
+    let resp = post(&base, "agent", &input(&thread, "r1", "hi"), None).await;
+    let mut caller = RawStream::from_response(resp);
+    for _ in 0..3 {
+        caller
+            .next_event(WAIT)
+            .await
+            .expect("the run's first events");
+    }
+    let stopping = tokio::spawn(server.stop());
+    let (rest, _) = caller.read_to_end(WAIT).await;
+    let rest: Vec<RawFrame> = rest.into_iter().filter(|f| f.data.is_some()).collect();
+    assert_eq!(
+        events(&rest).last().unwrap()["code"],
+        "broker_shutdown",
+        "{rest:?}"
+    );
+    stopping.await.unwrap();
+    assert_eq!(agent.dropped(), 1, "the agent's request was aborted");
+    // The thread, read through another node, ended with it.
+    let other = broker::start_redis().await;
+    let snap = snapshot(&broker::base(other.addr), &thread).await;
+    assert_eq!(snap["run"]["error"]["code"], "broker_shutdown");
+    other.stop().await;
+}

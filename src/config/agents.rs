@@ -284,6 +284,31 @@ mod tests {
     }
 
     #[test]
+    // figment's `Jail` closure must return figment's own (large) error type.
+    #[allow(clippy::result_large_err)]
+    fn agents_come_from_the_file_and_the_environment() {
+        use crate::config::{Config, Overrides};
+        use std::path::Path;
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "a.toml",
+                "[agents.demo]\nurl = \"http://127.0.0.1:9000/\"\non_disconnect = \"cancel\"\n",
+            )?;
+            jail.set_env("AGUI_AGENTS__DEMO__IDLE_TIMEOUT", "5s");
+            jail.set_env("AGUI_AGENTS__OTHER__URL", "https://agent.example/run");
+            let c = Config::load(Some(Path::new("a.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.agents["demo"].on_disconnect, OnDisconnect::Cancel);
+            assert_eq!(c.agents["demo"].idle_timeout, Duration::from_secs(5));
+            assert_eq!(c.agents["other"].url, "https://agent.example/run");
+            jail.clear_env();
+            jail.create_file("b.toml", "[agents.x]\nurl = \"http://h/\"\nretry = 1\n")?;
+            let e = Config::load(Some(Path::new("b.toml")), &Overrides::default()).unwrap_err();
+            assert!(e.to_string().contains("retry"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused() {
         let e = parse("[agents.a]\nurl = \"http://x/\"\nretries = 3\n").unwrap_err();
         assert!(e.contains("retries"), "{e}");
