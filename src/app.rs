@@ -125,6 +125,10 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
     );
     let gateway = crate::gateway::Gateway::new(&config, ingest.clone(), log.clone())
         .map_err(anyhow::Error::msg)?;
+    // Stopped with the hub: a sweep may still close a run while streams drain.
+    if !config.runs.orphan_timeout.is_zero() {
+        ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
+    }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let state = AppState {
         config: Arc::new(config),

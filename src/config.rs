@@ -27,6 +27,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "queue",
     "limits",
     "retention",
+    "runs",
     "shutdown",
     "agents",
 ];
@@ -72,6 +73,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Log retention.
     pub retention: RetentionConfig,
+    /// Run lifecycle: orphaned runs (PROTOCOL §2).
+    pub runs: RunsConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
     /// The run gateway's upstream agents, by name (`[agents.<name>]`, PROTOCOL §11); none by
@@ -201,6 +204,18 @@ pub struct RetentionConfig {
     pub idle_ttl: Option<Duration>,
 }
 
+/// Run lifecycle (PROTOCOL §2 "Orphaned runs").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunsConfig {
+    /// A run with no event for this long gets a `RUN_ERROR` (`code: "orphaned"`) appended by
+    /// the broker, once, whichever node notices (humantime, default `"10m"`); `"0s"`: never.
+    /// Ten minutes outlasts a slow model call or tool without events; a producer whose runs
+    /// stay silent longer sends an event (a `CUSTOM` heartbeat) within it.
+    #[serde(with = "humantime_serde")]
+    pub orphan_timeout: Duration,
+}
+
 /// Graceful shutdown (PROTOCOL §9).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -224,6 +239,7 @@ impl Default for Config {
             queue: QueueConfig::default(),
             limits: LimitsConfig::default(),
             retention: RetentionConfig::default(),
+            runs: RunsConfig::default(),
             shutdown: ShutdownConfig::default(),
             agents: Default::default(),
         }
@@ -287,6 +303,14 @@ impl Default for RetentionConfig {
             max_events: 10_000,
             max_age: None,
             idle_ttl: Some(Duration::from_secs(7 * 24 * 3600)),
+        }
+    }
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        RunsConfig {
+            orphan_timeout: Duration::from_secs(600),
         }
     }
 }

@@ -12,6 +12,12 @@
 //! the batch is checked again. Every `retention.max_events` appended events it hands the log a
 //! checkpoint candidate: the prelude of the fold after the batch (PROTOCOL §6). With order
 //! validation off, batches are folded without being checked, for those candidates.
+//!
+//! `orphans` (`src/ingest/orphans.rs`): the orphan sweep, the broker's own append of a
+//! `RUN_ERROR` to a run whose producer went silent (`runs.orphan_timeout`); with it on, a
+//! batch holding a `RUN_STARTED` first notes its thread in the log's open-run registry.
+
+mod orphans;
 
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
@@ -21,6 +27,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
@@ -117,6 +124,11 @@ struct Shared {
     strict_order: bool,
     checkpoint_every: usize,
     threads: DashMap<ThreadId, Arc<Mutex<Cached>>>,
+    /// Set once the orphan sweep runs: batches holding a `RUN_STARTED` are then noted in the
+    /// log's open-run registry before their append.
+    tracks_runs: AtomicBool,
+    /// The milliseconds of the registry ([`orphans::Clock`]).
+    clock: orphans::Clock,
 }
 
 /// A thread's fold as this node last saw it.
@@ -141,6 +153,8 @@ impl Ingest {
                 strict_order,
                 checkpoint_every,
                 threads: DashMap::new(),
+                tracks_runs: AtomicBool::new(false),
+                clock: orphans::Clock::new(),
             }),
         }
     }
@@ -163,6 +177,15 @@ impl Ingest {
             return Ok(Appended::default());
         }
         self.check_batch_size(events.len())?;
+        if self.shared.tracks_runs.load(Ordering::Relaxed)
+            && events
+                .iter()
+                .any(|e| e.event_type == crate::event::EventType::RunStarted)
+        {
+            // Before the append: a node that dies right after it still leaves the run noted.
+            let now = self.shared.clock.now_ms();
+            self.shared.log.note_open_run(thread, now).await?;
+        }
         if !self.keeps_fold() && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
             return Ok(Appended { ids, duplicates: 0 });

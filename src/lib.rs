@@ -23,7 +23,8 @@
 //! - [`sse`]: the SSE wire encoding (a leaf).
 //!
 //! Around it: [`config`] (file + env + CLI), [`app`] (wiring, serving, graceful drain),
-//! [`metrics`] (every metric name), [`cli`] (the `replay` and `token` subcommands).
+//! [`metrics`] (every metric name), [`cli`] (the `replay`, `token` and `demo-agent`
+//! subcommands).
 
 pub mod app;
 pub mod cli;

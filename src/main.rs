@@ -2,7 +2,7 @@
 //! subcommand until it ends or SIGTERM/SIGINT arrives. Nothing else lives here.
 
 use agui_fanout::app;
-use agui_fanout::cli::{replay, token};
+use agui_fanout::cli::{demo_agent, replay, token};
 use agui_fanout::config::{Config, Overrides};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
@@ -46,6 +46,9 @@ enum Command {
     /// Print an HS256 token for development (PROTOCOL §8): its `agui` claim allows the given
     /// thread patterns (a thread id, or a prefix ending in `*`).
     Token(token::TokenArgs),
+    /// Run a built-in AG-UI agent (`POST /`, RunAgentInput in, AG-UI SSE out) with scripted
+    /// bank-onboarding runs and no model keys: for the quick start and tests.
+    DemoAgent(demo_agent::DemoAgentArgs),
 }
 
 #[tokio::main]
@@ -81,6 +84,19 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Token(args) => {
             println!("{}", token::run(&args)?);
+            Ok(())
+        }
+        Command::DemoAgent(args) => {
+            let listener = tokio::net::TcpListener::bind(args.listen).await?;
+            // Tests and scripts read the bound address (port 0 picks one) from this line.
+            println!("demo agent listening on http://{}", listener.local_addr()?);
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                stop.cancel();
+            });
+            demo_agent::serve(listener, demo_agent::Pacing::of(&args), shutdown).await?;
             Ok(())
         }
         Command::Replay(args) => {

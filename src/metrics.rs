@@ -43,6 +43,9 @@ pub const RESETS_PENDING: &str = "agui_resets_pending";
 pub const INVALID_ENTRIES: &str = "agui_log_invalid_entries_total";
 /// Gauge: 1 while the log backend answers, 0 otherwise.
 pub const BACKEND_UP: &str = "agui_backend_up";
+/// Counter: runs this node closed with a `RUN_ERROR` (`code: "orphaned"`) after
+/// `runs.orphan_timeout` without an event (PROTOCOL §2 "Orphaned runs").
+pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
 
 /// Counter: gateway runs whose `RUN_STARTED` was appended (PROTOCOL §11).
 pub const RUNS_STARTED: &str = "agui_runs_started_total";
@@ -182,4 +185,8 @@ fn describe() {
         "From a gateway run's request to its terminal event."
     );
     describe_gauge!(RUNS_ACTIVE, "Gateway runs active on this node.");
+    describe_counter!(
+        RUNS_ORPHANED,
+        "Runs closed with RUN_ERROR (orphaned) after runs.orphan_timeout without an event."
+    );
 }

@@ -12,7 +12,8 @@
 //! epoch, and a tail following it reports the discontinuity), and by a sweeper task, started
 //! by [`MemoryLog::new`] when a Tokio runtime is running, which runs every `idle_ttl / 2`
 //! (between 50 ms and 60 s), empties idle threads the same way and drops them from memory
-//! once nothing (no tail, no call in flight) holds them.
+//! once nothing (no tail, no call in flight) holds them. The open-run registry of the orphan
+//! sweep ([`EventLog::note_open_run`]) is a map beside the threads.
 
 use super::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
@@ -44,6 +45,8 @@ impl Default for MemoryLog {
 struct Shared {
     threads: DashMap<ThreadId, Arc<ThreadLog>>,
     retention: Retention,
+    /// The open-run registry ([`EventLog::note_open_run`]): thread → noted time (ms).
+    open_runs: Mutex<HashMap<ThreadId, u64>>,
 }
 
 struct ThreadLog {
@@ -238,6 +241,7 @@ impl MemoryLog {
         let shared = Arc::new(Shared {
             threads: DashMap::new(),
             retention,
+            open_runs: Mutex::new(HashMap::new()),
         });
         if let Some(ttl) = retention.idle_ttl.filter(|t| !t.is_zero())
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -387,6 +391,39 @@ impl EventLog for MemoryLog {
     }
 
     async fn ping(&self) -> Result<(), LogError> {
+        Ok(())
+    }
+
+    async fn note_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        let mut runs = self.shared.open_runs.lock();
+        let noted = runs.entry(thread.clone()).or_insert(active_ms);
+        *noted = (*noted).max(active_ms);
+        Ok(())
+    }
+
+    async fn idle_open_runs(
+        &self,
+        idle_since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(ThreadId, u64)>, LogError> {
+        let mut idle: Vec<(ThreadId, u64)> = self
+            .shared
+            .open_runs
+            .lock()
+            .iter()
+            .filter(|(_, noted)| **noted <= idle_since_ms)
+            .map(|(thread, noted)| (thread.clone(), *noted))
+            .collect();
+        idle.sort_by_key(|(_, noted)| *noted);
+        idle.truncate(limit);
+        Ok(idle)
+    }
+
+    async fn forget_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        let mut runs = self.shared.open_runs.lock();
+        if runs.get(thread) == Some(&active_ms) {
+            runs.remove(thread);
+        }
         Ok(())
     }
 

@@ -557,6 +557,43 @@ pub trait EventLog: Send + Sync + 'static {
     /// [`LogError::Unavailable`] otherwise.
     async fn ping(&self) -> Result<(), LogError>;
 
+    /// Records that `thread` may hold an open run, last known active at `active_ms`
+    /// (milliseconds since the Unix epoch, the noting node's clock): the registry every node's
+    /// orphan sweep reads (PROTOCOL §2 "Orphaned runs"). A later time replaces an earlier
+    /// one, never the reverse. The default does nothing (a backend without the registry has
+    /// no orphan sweep); both real backends keep it.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn note_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        let _ = (thread, active_ms);
+        Ok(())
+    }
+
+    /// Up to `limit` threads of the registry ([`EventLog::note_open_run`]) whose noted time is
+    /// at or before `idle_since_ms`, oldest first, each with its noted time.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn idle_open_runs(
+        &self,
+        idle_since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(ThreadId, u64)>, LogError> {
+        let _ = (idle_since_ms, limit);
+        Ok(Vec::new())
+    }
+
+    /// Removes `thread` from the registry if its noted time is still `active_ms` (atomically:
+    /// a run noted meanwhile stays registered).
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn forget_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        let _ = (thread, active_ms);
+        Ok(())
+    }
+
     /// Starts the node's tail: followed threads' new entries go to `sink` in log order until
     /// `shutdown` is cancelled. Called once per node by the hub.
     fn start_tail(

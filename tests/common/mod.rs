@@ -5,6 +5,7 @@
 
 pub mod agui_client;
 pub mod broker;
+pub mod demo_agent;
 pub mod fixtures;
 pub mod frames;
 pub mod logs;

@@ -75,10 +75,12 @@
 //! - this file: [`RedisLog`] and its [`EventLog`] impl (connection, deadlines, metrics);
 //! - `scripts.rs` + `scripts/*.lua`: the Lua scripts and their typed arguments;
 //! - `resp.rs`: reply decoding and the validation of stored entries;
-//! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes.
+//! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes;
+//! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`).
 
 mod notify;
 mod resp;
+mod runs;
 mod scripts;
 mod tail;
 #[cfg(test)]
@@ -469,6 +471,25 @@ impl EventLog for RedisLog {
             .map_err(unavailable)
         })
         .await
+    }
+
+    /// `ZADD … GT` on `<prefix>:runs` (`runs.rs`).
+    async fn note_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        self.note_run(thread, active_ms).await
+    }
+
+    /// `ZRANGE … BYSCORE` on `<prefix>:runs` (`runs.rs`).
+    async fn idle_open_runs(
+        &self,
+        idle_since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(ThreadId, u64)>, LogError> {
+        self.idle_runs(idle_since_ms, limit).await
+    }
+
+    /// A compare-and-delete script on `<prefix>:runs` (`runs.rs`).
+    async fn forget_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
+        self.forget_run(thread, active_ms).await
     }
 
     /// Spawns the node's reader (one dedicated connection), its subscriber to the append
