@@ -563,7 +563,12 @@ async fn a_caller_that_leaves_does_not_stop_the_run_unless_configured_to() {
         }
     })
     .await;
-    let cancelling = broker_with(&hang.url(), |_, a| a.on_disconnect = OnDisconnect::Cancel).await;
+    // A caller that left is noticed at the next write to it: an event or a heartbeat.
+    let cancelling = broker_with(&hang.url(), |c, a| {
+        c.sse.heartbeat = Duration::from_millis(100);
+        a.on_disconnect = OnDisconnect::Cancel;
+    })
+    .await;
     let cbase = broker::base(cancelling.addr);
     let thread = broker::thread_id("gw-leave-cancel");
     let resp = post(&cbase, "agent", &input(&thread, "r1", "hi"), None).await;

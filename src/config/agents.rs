@@ -209,9 +209,11 @@ pub fn validate(agents: &BTreeMap<String, AgentConfig>) -> Result<(), String> {
                 "{at}: an agent name is 1-{MAX_AGENT_NAME} characters of [A-Za-z0-9._-]"
             ));
         }
-        let url =
-            reqwest::Url::parse(&agent.url).map_err(|e| format!("{at}.url is not a URL: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        let url: hyper::http::Uri = agent
+            .url
+            .parse()
+            .map_err(|e| format!("{at}.url is not a URL: {e}"))?;
+        if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
             return Err(format!(
                 "{at}.url must be an http:// or https:// URL with a host"
             ));
@@ -221,7 +223,7 @@ pub fn validate(agents: &BTreeMap<String, AgentConfig>) -> Result<(), String> {
             let value = value
                 .resolve()
                 .map_err(|e| format!("{at}.headers.{header}: {e}"))?;
-            if reqwest::header::HeaderValue::from_str(&value).is_err() {
+            if hyper::http::HeaderValue::from_str(&value).is_err() {
                 return Err(format!(
                     "{at}.headers.{header}: the value is not a valid header value"
                 ));
@@ -240,7 +242,7 @@ pub fn validate(agents: &BTreeMap<String, AgentConfig>) -> Result<(), String> {
 }
 
 fn check_header_name(name: &str, at: &str) -> Result<(), String> {
-    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+    if hyper::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
         return Err(format!("{at}: {name:?} is not a header name"));
     }
     if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {

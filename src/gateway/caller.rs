@@ -84,7 +84,9 @@ impl CallerTx {
             Err(e) => {
                 self.pending.fetch_sub(len, Ordering::Relaxed);
                 match e {
-                    Some(mpsc::error::TrySendError::Closed(_)) => self.tx = None,
+                    // Kept: the caller stays `gone` (not detached), which a run under
+                    // `on_disconnect = "cancel"` acts on.
+                    Some(mpsc::error::TrySendError::Closed(_)) => {}
                     _ => self.detach(),
                 }
             }
@@ -176,9 +178,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_response_is_gone() {
-        let (tx, rx) = channel(3, 1_000);
+        let (mut tx, rx) = channel(3, 1_000);
         assert!(!tx.gone());
         drop(rx);
+        assert!(tx.gone());
+        tx.closed().await;
+        // Still gone after a frame was sent to it (not taken for a detached caller).
+        tx.frame(Bytes::from_static(b"data: x\n\n"));
         assert!(tx.gone());
         tx.closed().await;
     }

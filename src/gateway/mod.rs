@@ -32,7 +32,7 @@ use crate::log::{EventId, EventLog, LogError};
 use crate::metrics as m;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
-use reqwest::header::HeaderMap;
+use hyper::http::HeaderMap;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;

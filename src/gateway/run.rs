@@ -21,7 +21,7 @@ use crate::metrics as m;
 use crate::sse;
 use eventsource_stream::Event;
 use futures::{FutureExt, StreamExt};
-use reqwest::header::HeaderMap;
+use hyper::http::HeaderMap;
 use serde_json::{Map, Value, json};
 use std::future::Future;
 use std::sync::Arc;

@@ -1,14 +1,21 @@
-//! The upstream side of a gateway run: one configured agent's HTTP client, the run request
-//! (`POST url`, the caller's `RunAgentInput`, `Accept: text/event-stream`, AGUI.md §4.1), and
-//! its answer read as SSE events (`eventsource-stream`), each failure named by its cause
-//! (PROTOCOL §11 "Upstream failures").
+//! The upstream side of a gateway run: one configured agent's HTTP client (hyper's, over
+//! rustls), the run request (`POST url`, the caller's `RunAgentInput`,
+//! `Accept: text/event-stream`, AGUI.md §4.1), and its answer read as SSE events
+//! (`eventsource-stream`), each failure named by its cause (PROTOCOL §11 "Upstream failures").
 
 use crate::config::agents::{AgentConfig, OnDisconnect};
 use bytes::Bytes;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http_body_util::{BodyExt, Full};
+use hyper::http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::{Request, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use std::fmt::Display;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -86,28 +93,36 @@ pub struct Agent {
     pub name: String,
     /// Its configuration.
     pub config: AgentConfig,
-    client: reqwest::Client,
+    uri: Uri,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     headers: HeaderMap,
     forward: Vec<HeaderName>,
 }
 
 impl Agent {
-    /// Builds the agent's client. TLS is rustls with the `ring` provider (installed as the
-    /// process default here when none is) and the platform's certificate verifier.
+    /// Builds the agent's client: HTTP/1.1, or HTTP/2 when TLS negotiates it; TLS by rustls
+    /// with the `ring` provider and the platform's certificate verifier; `connect_timeout` on
+    /// the TCP connection; no redirect followed (a redirected POST would become a GET: an
+    /// agent that moved is a configuration error, reported as `upstream_status`).
     ///
     /// # Errors
-    /// A header that does not resolve (checked at start-up already, `config::agents`), or a
-    /// client that cannot be built.
+    /// A URL or header that does not parse or resolve (checked at start-up already,
+    /// `config::agents`), or a TLS setup that fails.
     pub fn new(name: &str, config: &AgentConfig) -> Result<Agent, String> {
-        // Err: another provider was installed first, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            // A redirected POST would become a GET: an agent that moved is a configuration
-            // error, reported as `upstream_status`.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("agents.{name}: cannot build the HTTP client: {e}"))?;
+        let uri: Uri = config
+            .url
+            .parse()
+            .map_err(|e| format!("agents.{name}.url: {e}"))?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        let tls = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
+            .map_err(|e| format!("agents.{name}: TLS: {e}"))?
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(tls);
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
             let name_ = HeaderName::from_bytes(k.as_bytes())
@@ -128,6 +143,7 @@ impl Agent {
         Ok(Agent {
             name: name.to_string(),
             config: config.clone(),
+            uri,
             client,
             headers,
             forward,
@@ -170,12 +186,13 @@ impl Agent {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let body = serde_json::to_vec(input).unwrap_or_default();
+        let mut request = Request::post(self.uri.clone())
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Failure::new(Cause::Unavailable, format!("the request: {e}")))?;
+        *request.headers_mut() = headers;
         let response = self
             .client
-            .post(&self.config.url)
-            .headers(headers)
-            .body(body)
-            .send()
+            .request(request)
             .await
             .map_err(|e| request_failure(&e))?;
         let status = response.status();
@@ -199,7 +216,7 @@ impl Agent {
                 format!("the agent answered Content-Type {content_type:?}, not text/event-stream"),
             ));
         }
-        let bytes = guard_event_size(response.bytes_stream(), max_event);
+        let bytes = guard_event_size(response.into_body().into_data_stream(), max_event);
         let events = bytes.eventsource().map(|item| {
             item.map_err(|e| match e {
                 EventStreamError::Transport(f) => f,
@@ -217,25 +234,34 @@ impl Agent {
     }
 }
 
-/// The cause of a failed request: no connection, or the connection broke before an answer.
-fn request_failure(e: &reqwest::Error) -> Failure {
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        message = format!("{message}: {s}");
-        source = s.source();
-    }
-    let cause = if e.is_connect() || (e.is_timeout() && !e.is_body()) {
+/// The cause of a failed request: no connection (refused, or not made within
+/// `connect_timeout`), or the connection broke before an answer.
+fn request_failure(e: &hyper_util::client::legacy::Error) -> Failure {
+    let cause = if e.is_connect() {
         Cause::Unavailable
     } else {
         Cause::Disconnected
     };
-    Failure::new(cause, format!("the agent could not be reached: {message}"))
+    Failure::new(
+        cause,
+        format!("the agent could not be reached: {}", error_chain(e)),
+    )
+}
+
+/// An error with its sources, `a: b: c`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message = format!("{message}: {s}");
+        source = s.source();
+    }
+    message
 }
 
 /// The first [`STATUS_BODY_MAX`] bytes of a body, lossily as text (read for at most 2 s).
-async fn head_of_body(response: reqwest::Response) -> String {
-    let mut stream = response.bytes_stream();
+async fn head_of_body(response: hyper::Response<hyper::body::Incoming>) -> String {
+    let mut stream = response.into_body().into_data_stream();
     let mut buf = Vec::new();
     let read = async {
         while let Some(Ok(chunk)) = stream.next().await {
@@ -254,8 +280,8 @@ async fn head_of_body(response: reqwest::Response) -> String {
 /// empty line, so that one oversized event cannot make the SSE parser buffer without bound
 /// (`limits.max_event_bytes`, as for a publish). A transport error ends the stream with
 /// `Disconnected`.
-fn guard_event_size(
-    body: impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+fn guard_event_size<E: Display>(
+    body: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
     limit: usize,
 ) -> impl Stream<Item = Result<Bytes, Failure>> + Send + 'static {
     let cap = limit + 1024;
@@ -266,7 +292,7 @@ fn guard_event_size(
         let chunk = chunk.map_err(|e| {
             Failure::new(
                 Cause::Disconnected,
-                format!("the agent's stream broke: {}", request_failure(&e).message),
+                format!("the agent's stream broke: {e}"),
             )
         })?;
         for &b in chunk.iter() {
@@ -306,7 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_event_without_end_is_cut_at_the_limit() {
-        let chunks: Vec<Result<Bytes, reqwest::Error>> = (0..40)
+        let chunks: Vec<Result<Bytes, std::io::Error>> = (0..40)
             .map(|_| {
                 Ok(Bytes::from_static(
                     b"data: 0123456789012345678901234567890123456789",
@@ -321,7 +347,7 @@ mod tests {
             out.last().unwrap().as_ref().unwrap_err().cause,
             Cause::Invalid
         );
-        let ok: Vec<Result<Bytes, reqwest::Error>> = (0..200)
+        let ok: Vec<Result<Bytes, std::io::Error>> = (0..200)
             .map(|_| {
                 Ok(Bytes::from_static(
                     b"data: {\"type\":\"RAW\",\"event\":1}\r\n\r\n",
