@@ -193,6 +193,12 @@ async fn a_run_lands_in_the_thread_with_its_input_and_the_caller_gets_what_was_a
     );
     assert_eq!(snap["messages"].as_array().unwrap().len(), 3);
     assert_eq!(snap["state"], json!({"risk": 42, "steps": ["identity"]}));
+    let metric = |name: &'static str, labels: &'static [(&'static str, &'static str)]| {
+        sse_client::metric(&base, name, labels)
+    };
+    assert!(metric("agui_runs_started_total", &[]).await >= 1.0);
+    assert!(metric("agui_runs_ended_total", &[("outcome", "finished")]).await >= 1.0);
+    assert!(metric("agui_run_duration_seconds_count", &[]).await >= 1.0);
 
     // The agent got the input as sent, with its headers.
     let req = &agent.got()[0];
@@ -277,14 +283,18 @@ async fn each_upstream_failure_ends_the_run_with_its_code_and_frees_the_thread()
     let agent = Upstream::start(failing).await;
     // A second agent at a port nothing listens on: connection refused.
     let dead = AgentConfig::new(format!("http://127.0.0.1:{}/", broker::free_port()));
+    // And one that is asked for TLS on a plain-HTTP port: the handshake fails.
+    let tls = AgentConfig::new(format!("https://{}/", agent.addr));
     let server = broker_with(&agent.url(), |c, a| {
         a.idle_timeout = Duration::from_millis(300);
         c.agents.insert("dead".into(), dead);
+        c.agents.insert("tls".into(), tls);
     })
     .await;
     let base = broker::base(server.addr);
     let cases = [
         ("refused", "upstream_unavailable", 0),
+        ("tls", "upstream_unavailable", 0),
         ("status", "upstream_status", 0),
         ("html", "upstream_invalid", 0),
         ("notsse", "upstream_invalid", 0),
@@ -296,7 +306,11 @@ async fn each_upstream_failure_ends_the_run_with_its_code_and_frees_the_thread()
     ];
     let mut answers = Vec::new();
     for (case, code, kept) in cases {
-        let name = if case == "refused" { "dead" } else { "agent" };
+        let name = match case {
+            "refused" => "dead",
+            "tls" => "tls",
+            _ => "agent",
+        };
         let thread = broker::thread_id(case);
         let resp = post(&base, name, &input(&thread, "r1", "hi"), None).await;
         assert_eq!(resp.status(), 200, "{case}");
@@ -497,6 +511,11 @@ async fn a_cancel_through_another_node_ends_the_run_and_aborts_the_agent() {
     assert_eq!(rest.len(), 1, "only the RUN_ERROR follows: {rest:?}");
     assert_eq!(rest[0].id.as_deref(), done["lastId"].as_str());
     assert_eq!(events(&rest)[0]["code"], "cancelled");
+    assert_eq!(
+        events(&rest)[0]["metadata"]["agui-fanout"]["runId"],
+        "r1",
+        "the RUN_ERROR names its run"
+    );
     for _ in 0..250 {
         if agent.dropped() == 1 {
             break;

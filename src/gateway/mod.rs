@@ -24,11 +24,11 @@ pub use caller::{First, RunStream};
 pub use input::{InputError, RunInput};
 
 use crate::config::Config;
+use crate::event::ThreadId;
 use crate::event::order::rule::RUN_ALREADY_ACTIVE;
-use crate::event::{ThreadId, validate_value};
-use crate::fold::RunStatus;
-use crate::ingest::{Ingest, IngestError};
-use crate::log::{EventId, EventLog, LogError};
+use crate::fold::{RunStatus, load_fold};
+use crate::ingest::Ingest;
+use crate::log::{AppendExtras, EventId, EventLog, LogError};
 use crate::metrics as m;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -43,6 +43,8 @@ use upstream::Agent;
 
 /// How long a cancel waits for the run's `RUN_ERROR` to be appended.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// Compare-and-append attempts of a cancel on a thread that keeps moving.
+const CANCEL_ATTEMPTS: usize = 8;
 
 /// How a run ended: the `outcome` label of `agui_runs_ended_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,9 +132,9 @@ pub enum CancelError {
         /// The thread's active run, if any.
         active: Option<String>,
     },
-    /// The append of the `RUN_ERROR` failed (HTTP 503 or as the error says).
+    /// The log backend failed (HTTP 503).
     #[error(transparent)]
-    Ingest(#[from] IngestError),
+    Log(#[from] LogError),
 }
 
 /// The run gateway of a node. Cheap to clone.
@@ -348,48 +350,53 @@ impl Gateway {
                 active: None,
             });
         }
-        let active = self
-            .shared
-            .ingest
-            .with_latest_fold(thread, |fold| {
-                fold.fold()
+        self.cancel_elsewhere(thread, run_id).await
+    }
+
+    /// Cancels a run this node does not own: the `RUN_ERROR` is compare-and-appended on the
+    /// head at which the fold showed `run_id` active, so that a run that ended meanwhile (and
+    /// the next run, which a `RUN_ERROR` would fail: it names no run) is never touched.
+    async fn cancel_elsewhere(
+        &self,
+        thread: &ThreadId,
+        run_id: &str,
+    ) -> Result<EventId, CancelError> {
+        let not_active = |active: Option<String>| CancelError::NotActive {
+            run_id: run_id.to_string(),
+            active,
+        };
+        for _ in 0..CANCEL_ATTEMPTS {
+            let (head, fold) = load_fold(&*self.shared.log, thread).await?;
+            let active = fold.as_ref().and_then(|f| {
+                f.fold()
                     .run()
                     .filter(|r| r.status == RunStatus::Running)
                     .and_then(|r| r.run_id().map(str::to_string))
-            })
-            .await
-            .map_err(IngestError::from)?
-            .flatten();
-        if active.as_deref() != Some(run_id) {
-            return Err(CancelError::NotActive {
-                run_id: run_id.to_string(),
-                active,
             });
-        }
-        let error = validate_value(
-            run::run_error("cancelled", "the run was cancelled"),
-            Some(thread),
-        )
-        .map_err(|e| IngestError::Log(LogError::Unavailable(e.message)))?;
-        match self.shared.ingest.append(thread, &[error], None).await {
-            Ok(appended) => {
-                metrics::counter!(m::PUBLISHED, "type" => "RUN_ERROR").increment(1);
-                appended
-                    .ids
-                    .last()
-                    .copied()
-                    .ok_or_else(|| CancelError::NotActive {
-                        run_id: run_id.to_string(),
-                        active: None,
-                    })
+            if active.as_deref() != Some(run_id) {
+                return Err(not_active(active));
             }
-            // The run ended meanwhile.
-            Err(IngestError::Rejected(_)) => Err(CancelError::NotActive {
-                run_id: run_id.to_string(),
-                active: None,
-            }),
-            Err(e) => Err(e.into()),
+            let error = run::broker_event(
+                run::run_error("cancelled", "the run was cancelled", run_id),
+                thread,
+            );
+            let extras = AppendExtras::default();
+            match self
+                .shared
+                .log
+                .append_if(thread, &[error], head, extras)
+                .await
+            {
+                Ok(ids) => {
+                    metrics::counter!(m::PUBLISHED, "type" => "RUN_ERROR").increment(1);
+                    return ids.last().copied().ok_or_else(|| not_active(None));
+                }
+                // Something was appended since: look again.
+                Err(LogError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
+        Err(LogError::Unavailable("the thread kept changing under the cancel".into()).into())
     }
 
     /// Ends every run on this node (each with `RUN_ERROR` `broker_shutdown`, its upstream

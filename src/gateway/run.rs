@@ -13,7 +13,7 @@ use super::caller::CallerTx;
 use super::upstream::{Agent, Cause, Events, Failure};
 use super::{Ended, Outcome, Registration, RunInput, Shared};
 use crate::event::order::rule::{RUN_ALREADY_ERRORED, RUN_ALREADY_FINISHED};
-use crate::event::{EventType, ValidEvent, validate_event, validate_value};
+use crate::event::{EventType, ThreadId, ValidEvent, validate_event, validate_value};
 use crate::fold::{Rejection, RunStatus};
 use crate::ingest::{IngestError, Producer};
 use crate::log::{EventId, LogError, ReadFrom};
@@ -38,9 +38,21 @@ const APPEND_RETRIES: u32 = 5;
 /// Entries read when another producer ended the run, to find its terminal event.
 const FOREIGN_READ: usize = 512;
 
-/// A `RUN_ERROR` the broker appends.
-pub(super) fn run_error(code: &str, message: &str) -> Value {
-    json!({"type": "RUN_ERROR", "message": message, "code": code})
+/// A `RUN_ERROR` the broker appends for run `run_id`: its `code` names why, and the run's id
+/// goes under the broker's metadata key (`RUN_ERROR` has no `runId` in AG-UI 1.0), as the
+/// orphan sweep's does.
+pub(super) fn run_error(code: &str, message: &str, run_id: &str) -> Value {
+    json!({
+        "type": "RUN_ERROR", "message": message, "code": code,
+        "metadata": {"agui-fanout": {"runId": run_id}}
+    })
+}
+
+/// An event the broker writes itself, as a [`ValidEvent`] for `thread`.
+pub(super) fn broker_event(event: Value, thread: &ThreadId) -> ValidEvent {
+    // Invariant: the broker's `RUN_STARTED` and `RUN_ERROR` are built from strings the schema
+    // already accepted (the input's ids and messages) and constant codes.
+    validate_value(event, Some(thread)).expect("the broker's own events pass the schema")
 }
 
 /// Why the run's loop stopped.
@@ -503,14 +515,11 @@ impl RunTask {
         if !self.started {
             events.push(self.broker_run_started());
         }
-        events.push(run_error(code, message));
-        let valid: Result<Vec<ValidEvent>, _> = events
+        events.push(run_error(code, message, &self.input.run_id));
+        let valid: Vec<ValidEvent> = events
             .into_iter()
-            .map(|e| validate_value(e, Some(&self.input.thread)))
+            .map(|e| broker_event(e, &self.input.thread))
             .collect();
-        let Ok(valid) = valid else {
-            return Some(Outcome::Abandoned);
-        };
         match self.append(&valid).await {
             Ok(()) => Some(outcome),
             Err(Stop::Refused) => {

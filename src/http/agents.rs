@@ -94,7 +94,7 @@ pub(super) async fn cancel(
         )
         .field(Some("runId".into()))
         .with("activeRunId", json!(active))),
-        Err(CancelError::Ingest(e)) => Err(e.into()),
+        Err(CancelError::Log(e)) => Err(e.into()),
     }
 }
 
