@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 /// Most events appended in one step: what the agent sent at once.
 pub(super) const BATCH: usize = 256;
 /// Appends retried when the log backend fails (with the same producer numbers, so a retry of
-/// an append that did happen is not appended twice), 100 ms, 200 ms, ... apart.
+/// an append that did happen is not appended twice), 200 ms, 400 ms, ... apart (6 s in all).
 const APPEND_RETRIES: u32 = 5;
 /// Entries read when another producer ended the run, to find its terminal event.
 const FOREIGN_READ: usize = 512;
