@@ -4,7 +4,10 @@
 #   1. makes sure `redis-server` is installed (tests start private servers to stop and restart)
 #      and that a Redis answers on 127.0.0.1:6379 (started here, without persistence, if not);
 #   2. installs the Node test client from its lockfile (`npm ci --prefix tests/node`);
-#   3. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`.
+#   3. makes sure `python3 -m venv` works (python3-venv), for the Python example agent's test;
+#   4. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`, then the load
+#      generator's smoke run (loadtest/smoke.sh) and the fault suite's short form
+#      (loadtest/faults/run.sh: private redis-servers and brokers, about 2-3 minutes).
 # Exits with the first failing step's code. A Redis started here is left running.
 set -euo pipefail
 
@@ -85,6 +88,15 @@ fi
 log "node $(node --version); installing tests/node from its lockfile"
 npm ci --prefix tests/node --no-audit --no-fund
 
+# --- Python (examples/python-agent) -----------------------------------------------------------
+# tests/python_agent.rs installs the example agent into a virtualenv under target/ (PyPI);
+# Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  log "python3 with venv not found: installing python3 and python3-venv with apt-get"
+  apt_install python3 python3-venv
+fi
+log "$(python3 --version) with venv"
+
 # --- Rust tests ------------------------------------------------------------------------------
 # Every test binary runs (--no-fail-fast) and the doc tests run too, so one failure does not
 # hide the others; the exit code is the first failure's.
@@ -94,6 +106,7 @@ cargo test --all-targets --no-fail-fast || status=$?
 log "cargo test --doc"
 cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
 bash loadtest/smoke.sh || { smoke_status=$?; [[ $status -ne 0 ]] || status=$smoke_status; }
+bash loadtest/faults/run.sh || { faults_status=$?; [[ $status -ne 0 ]] || status=$faults_status; }
 if [[ $status -eq 0 ]]; then
   log "all tests passed"
 else

@@ -1,8 +1,9 @@
 //! Wiring: builds the log backend, the hub and the router from a [`Config`], serves HTTP, and
-//! drains gracefully: readiness turns false, streams end themselves within the drain period
-//! (each at a jittered moment, after a jittered `retry:`), in-flight publishes complete, and
-//! only then does the process exit (PROTOCOL §9). Gateway runs still going at the end of the
-//! drain period end with `RUN_ERROR` `broker_shutdown` (PROTOCOL §11).
+//! drains gracefully: readiness turns false, a subscribe is told to reconnect, streams end
+//! themselves within the drain period (each at a jittered moment, with a short jittered
+//! `retry:`), SSE ingests still open at its end answer with what they appended, in-flight
+//! publishes complete, and only then does the process exit (PROTOCOL §9). Gateway runs still
+//! going at the end of the drain period end with `RUN_ERROR` `broker_shutdown` (PROTOCOL §11).
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -138,6 +139,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         gateway,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
+        drain_ended: CancellationToken::new(),
         auth,
         cors,
     };
@@ -154,16 +156,18 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
             let state = serve_state.clone();
             async move {
                 stop.cancelled().await;
-                tracing::info!(drain = ?drain, "draining: readiness off, new streams refused (503), open streams end within the drain period");
+                tracing::info!(drain = ?drain, "draining: readiness off, subscribes told to reconnect, open streams end within the drain period");
                 state.draining.store(true, Ordering::Relaxed);
                 // Streams end one by one over the drain period (each after a jittered
                 // `retry:`), so their clients do not all come back at the same moment.
                 let hub = state.hub.clone();
                 tokio::spawn(async move { hub.drain_streams(drain).await });
-                // Keep answering during the drain (503 on /readyz and new streams, publishes
-                // still accepted) so load balancers see the node leave; then stop accepting
-                // and let in-flight requests finish.
+                // Keep answering during the drain (503 on /readyz, subscribes told to
+                // reconnect, publishes still accepted) so load balancers see the node leave;
+                // then stop accepting and let in-flight requests finish: SSE ingests stop
+                // reading and answer with what they appended.
                 tokio::time::sleep(drain).await;
+                state.drain_ended.cancel();
                 // Gateway runs still going end now, each with a `RUN_ERROR` (PROTOCOL §11),
                 // which also ends their callers' responses.
                 state.gateway.stop(DRAIN_GRACE).await;

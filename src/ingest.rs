@@ -210,14 +210,18 @@ impl Ingest {
         )
     }
 
-    /// Up to twice the retained count: with checkpoints every `max_events`, the log's safety
-    /// cap (4 × `max_events`) then never trims past the newest checkpoint.
+    /// The most events one batch may hold, `None` without a limit: twice the retained count
+    /// (`retention.max_events`), so that with checkpoints every `max_events` the log's safety
+    /// cap (4 × `max_events`) never trims past the newest checkpoint.
+    pub fn max_batch(&self) -> Option<usize> {
+        Some(self.shared.checkpoint_every.saturating_mul(2)).filter(|&n| n > 0)
+    }
+
     fn check_batch_size(&self, n: usize) -> Result<(), IngestError> {
-        let max_batch = self.shared.checkpoint_every.saturating_mul(2);
-        if max_batch > 0 && n > max_batch {
-            return Err(IngestError::BatchTooLarge(max_batch));
+        match self.max_batch() {
+            Some(max) if n > max => Err(IngestError::BatchTooLarge(max)),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Whether the thread's fold is kept. Without order checks it is still kept when the log
@@ -259,8 +263,12 @@ impl Ingest {
                 a.caught_up = true;
                 return Ok(None);
             }
-            Err(rejection) => {
+            Err(mut rejection) => {
                 c.at = Some((head, fold));
+                // The index counts from the batch as given, its duplicates included.
+                let (Rejection::Order { index, .. } | Rejection::Patch { index, .. }) =
+                    &mut rejection;
+                *index += skip;
                 return Err(rejection.into());
             }
         };

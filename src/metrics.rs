@@ -22,7 +22,7 @@ pub const RESUMES: &str = "agui_resumes_total";
 /// Counter: events merged away by coalescing for lagging subscribers, by `type`.
 pub const COALESCED: &str = "agui_events_coalesced_total";
 /// Counter: snapshot-and-resets of subscribers, by `cause` (overflow, trimmed, epoch, ahead,
-/// invalid, bridge; PROTOCOL §9).
+/// unknown, invalid, bridge; PROTOCOL §9).
 pub const RESETS: &str = "agui_resets_total";
 /// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity,
 /// backend, write_timeout, token_expired; PROTOCOL §9).

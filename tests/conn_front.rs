@@ -252,37 +252,55 @@ async fn unreadable_thread_ids_and_queries_get_json_errors() {
     }
 }
 
+/// A subscribe to a draining node, served by the front: `200`, a whole event stream of a short
+/// jittered `retry:` (¼× to 1.5× `sse.retry_ms`) and a comment, no `id:` (the client's
+/// `Last-Event-ID` stays), and the end: an `EventSource` reconnects, where a 503 closed it for
+/// good (PROTOCOL §9).
 #[tokio::test]
-async fn a_draining_node_refuses_new_streams_with_503_json() {
-    let server = broker::start(|c| c.shutdown.drain = Duration::from_secs(2)).await;
+async fn a_draining_node_answers_a_subscribe_200_and_ends_it() {
+    let server = broker::start(|c| {
+        c.shutdown.drain = Duration::from_secs(2);
+        c.sse.retry_ms = 2_000;
+    })
+    .await;
     let addr = server.addr;
-    server.shutdown.cancel();
     let t = broker::thread_id("drain");
+    sse_client::publish_ok(
+        &broker::base(addr),
+        &t,
+        &[json!({"type":"RUN_STARTED","threadId":t,"runId":"r"})],
+    )
+    .await;
+    server.shutdown.cancel();
+    let request =
+        format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0-1\r\n\r\n");
     // The flag is set as soon as the drain starts; poll briefly for it.
-    let mut last = String::new();
+    let mut full = String::new();
     for _ in 0..50 {
-        last = exchange(
-            addr,
-            &format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n"),
-            "\r\n\r\n",
-        )
-        .await;
-        if last.starts_with("HTTP/1.1 503") {
+        // Read to the end: the answer is complete, the connection closed.
+        full = exchange(addr, &request, "\u{0}").await;
+        if full.contains("draining") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let full = exchange(
-        addr,
-        &format!("GET /v1/threads/{t}/events HTTP/1.1\r\nHost: x\r\n\r\n"),
-        "}}",
-    )
-    .await;
     let (head, body) = split_head(&full);
-    assert!(head.starts_with("http/1.1 503"), "{last} / {head}");
-    assert!(head.contains("\r\nretry-after: 1"), "{head}");
-    let v: Value = serde_json::from_str(body).expect("JSON body");
-    assert_eq!(v["error"]["code"], "draining", "{v}");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: text/event-stream"),
+        "{head}"
+    );
+    let retry: u64 = body
+        .strip_prefix("retry: ")
+        .and_then(|rest| rest.split_once("\n\n"))
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or_else(|| panic!("a retry first: {body:?}"));
+    assert!((500..=3_000).contains(&retry), "{retry}");
+    assert_eq!(
+        body,
+        format!("retry: {retry}\n\n: agui-fanout: node draining, reconnect\n\n"),
+        "no id, no event"
+    );
     server.wait().await;
 }
 

@@ -5,7 +5,9 @@
 //! backend. The same client with its token in `?access_token=` (PROTOCOL §8,
 //! `tests/node/eventsource-auth.mjs`): refused, it stays closed; with a token that expires
 //! while events flow, it gets every event until the broker ends the stream, and its own
-//! reconnect is refused.
+//! reconnect is refused. And the same client through the SIGTERM drain of one of two nodes
+//! (`tests/node/eventsource-drain.mjs`, PROTOCOL §9): it follows to the other node and misses
+//! nothing.
 
 mod common;
 
@@ -147,4 +149,44 @@ async fn eventsource_with_an_access_token_stops_when_it_expires() {
     let ended = summary["endedAfterMs"].as_u64().unwrap();
     assert!((1_500..=6_000).contains(&ended), "{summary}");
     server.stop().await;
+}
+
+/// A client following a thread through the SIGTERM drain of node A, with node B on the same
+/// Redis and a load balancer that keeps sending reconnects to A while A accepts connections
+/// (`tests/node/eventsource-drain.mjs`): the EventSource never closes (a draining node answers
+/// a subscribe 200 with a short `retry:` and no id, never an error status), every `retry:` A
+/// sends is short, and the client misses nothing (PROTOCOL §9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventsource_follows_a_drain_to_another_node() {
+    const RETRY_MS: u64 = 200;
+    let env = [
+        ("AGUI_REDIS_URL", broker::redis_url()),
+        ("AGUI_SSE__RETRY_MS", RETRY_MS.to_string()),
+        ("AGUI_SHUTDOWN__DRAIN", "2s".to_string()),
+    ];
+    let mut a = broker::BrokerProcess::spawn(&env).await;
+    let b = broker::BrokerProcess::spawn(&env).await;
+    let thread = broker::thread_id("es-drain");
+    let args = [
+        a.base(),
+        b.base(),
+        a.child.id().to_string(),
+        thread.clone(),
+        "300".to_string(),
+        RETRY_MS.to_string(),
+    ];
+    let summary = run_node_script("eventsource-drain.mjs", &args, Duration::from_secs(40)).await;
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["events"], 300, "{summary}");
+    // The script sent SIGTERM: A drained and exited cleanly.
+    assert!(a.terminate().success(), "node A exits 0 after its drain");
+    drop(b);
+    let client = redis::Client::open(broker::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("agui:{{{thread}}}:log"))
+        .arg(format!("agui:{{{thread}}}:meta"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }

@@ -41,7 +41,8 @@ async fn publish_subscribe_resume_memory() {
 }
 
 /// SIGTERM semantics (PROTOCOL §9): during the drain period the node still answers, but
-/// `/readyz` and new streams get 503, while open streams end themselves; then it stops.
+/// `/readyz` gets 503 and a new stream is told to reconnect (200, a short `retry:`, its end),
+/// while open streams end themselves after a short `retry:`; then it stops.
 #[tokio::test]
 async fn draining_node_answers_503_then_stops() {
     let server = broker::start(|c| c.shutdown.drain = Duration::from_secs(2)).await;
@@ -80,12 +81,18 @@ async fn draining_node_answers_503_then_stops() {
         .send()
         .await
         .unwrap();
-    assert_eq!(sub.status(), 503, "new streams refused while draining");
-    assert!(sub.headers().contains_key("retry-after"));
+    assert_eq!(sub.status(), 200, "a new stream is told to reconnect");
+    let body = sub.text().await.expect("the answer ends");
+    assert!(body.starts_with("retry: "), "{body:?}");
+    assert!(!body.contains("id:") && !body.contains("data:"), "{body:?}");
     let (frames, _) = open.read_to_end(Duration::from_secs(10)).await;
+    // The test config's `retry_ms` is 100: the drain's `retry:` is at most 1.5× that.
+    let last = frames
+        .last()
+        .and_then(|f| f.retry.as_deref()?.parse::<u64>().ok());
     assert!(
-        frames.iter().any(|f| f.retry.is_some()),
-        "the open stream ends with a retry:"
+        last.is_some_and(|ms| (25..=150).contains(&ms)),
+        "the open stream ends with a short retry: {last:?}"
     );
     tokio::time::timeout(Duration::from_secs(15), server.wait())
         .await

@@ -45,6 +45,7 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
         log,
         metrics: agui_fanout::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
+        drain_ended: CancellationToken::new(),
         auth: None,
         cors: None,
         config: Arc::new(config),

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod conn;
 pub mod cors;
 mod error;
+mod ingest_sse;
 mod ops;
 mod publish;
 mod snapshot;
@@ -31,7 +32,8 @@ use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_util::sync::CancellationToken;
 
 /// Everything a request handler needs. Cheap to clone.
 #[derive(Clone)]
@@ -48,9 +50,13 @@ pub struct AppState {
     pub gateway: Gateway,
     /// Prometheus exporter handle rendered by `/metrics`.
     pub metrics: PrometheusHandle,
-    /// Set when the node starts draining: `/readyz` fails and new streams are refused (open
-    /// streams are ended by [`Hub::drain_streams`]).
+    /// Set when the node starts draining: `/readyz` fails, a subscribe is told to reconnect
+    /// (a short `retry:` and an immediate end), every answer over HTTP/1 carries
+    /// `Connection: close` (open streams are ended by [`Hub::drain_streams`]).
     pub draining: Arc<AtomicBool>,
+    /// Cancelled when the drain period is over and the node stops accepting connections: an
+    /// SSE ingest still running stops reading and answers with what it appended (PROTOCOL §9).
+    pub drain_ended: CancellationToken,
     /// The token verifier (PROTOCOL §8); `None`: authentication off.
     pub auth: Option<Arc<auth::Auth>>,
     /// The CORS layer ([`cors::layer`]); `None`: CORS off. Behind an `Arc`: every connection's
@@ -121,10 +127,34 @@ pub fn router(state: AppState) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         // Bodies are read by the handlers with the configured limits (413 as JSON).
-        .layer(DefaultBodyLimit::disable());
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            close_while_draining,
+        ));
     let router = match state.cors.as_deref() {
         Some(cors) => router.layer(cors.clone()),
         None => router,
     };
     router.with_state(state)
+}
+
+/// Adds `Connection: close` to every HTTP/1 answer while the node drains (RFC 9112 §9.6), so
+/// that a client sends its next request on a new connection (to a ready node) instead of
+/// reusing one this node is about to close, where a request would meet the close and get no
+/// answer. HTTP/2 has no such header (hyper's graceful shutdown sends `GOAWAY`).
+async fn close_while_draining(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let http1 = req.version() < axum::http::Version::HTTP_2;
+    let mut resp = next.run(req).await;
+    if http1 && state.draining.load(Ordering::Relaxed) {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }

@@ -1,7 +1,7 @@
 //! `POST /v1/threads/{threadId}/events` (PROTOCOL §2): JSON object or array, NDJSON, or an AG-UI
 //! SSE stream piped in. JSON and NDJSON bodies are all-or-nothing (one atomic append); an SSE
-//! ingest appends events as they arrive and stops at the first invalid one, saying how many
-//! were appended before it.
+//! ingest (`ingest_sse`) appends events as they arrive and stops at the first invalid one,
+//! saying how many were appended before it.
 
 use super::auth::Action;
 use super::{ApiError, AppState};
@@ -15,12 +15,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
-
-/// Most events appended in one round trip by an SSE ingest (what was ready at once).
-const INGEST_BATCH: usize = 256;
 
 /// The body formats publish accepts, from `Content-Type` (parameters such as `charset` ignored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +104,7 @@ async fn publish_inner(
     let format = body_format(headers)?;
     let producer = producer(headers)?;
     if format == BodyFormat::EventStream {
-        return ingest_sse(state, &thread, body, producer).await;
+        return super::ingest_sse::ingest(state, &thread, body, producer).await;
     }
     let bytes = read_body(body, state.config.limits.max_body_bytes).await?;
     let events = match format {
@@ -182,7 +177,7 @@ fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
 
 /// `{"count","firstId","lastId"}`, plus `"duplicates"` when a producer's retry had events
 /// already appended (acknowledged, not appended again).
-fn reply(
+pub(super) fn reply(
     count: usize,
     first: Option<&EventId>,
     last: Option<&EventId>,
@@ -199,13 +194,13 @@ fn reply(
     v
 }
 
-fn count_published(events: &[ValidEvent]) {
+pub(super) fn count_published(events: &[ValidEvent]) {
     for e in events {
         metrics::counter!(m::PUBLISHED, "type" => e.event_type.as_str()).increment(1);
     }
 }
 
-fn too_large(what: &str, limit: usize) -> ApiError {
+pub(super) fn too_large(what: &str, limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too_large",
@@ -302,208 +297,6 @@ fn parse_ndjson_body(
     Ok(events)
 }
 
-/// An SSE ingest: each event's `data` is one AG-UI event; `id:`, `event:`, `retry:` and
-/// comments are ignored (AG-UI HTTP binding). Events ready together are appended in one
-/// round trip; the first invalid event ends the ingest.
-async fn ingest_sse(
-    state: &AppState,
-    thread: &ThreadId,
-    body: Body,
-    producer: Option<Producer>,
-) -> Result<Json<Value>, ApiError> {
-    let max_event = state.config.limits.max_event_bytes;
-    let bytes = guard_event_size(body.into_data_stream(), max_event);
-    let mut events = bytes.eventsource().ready_chunks(INGEST_BATCH);
-    let mut appended = 0usize;
-    // Events acknowledged as a producer's earlier appends (not appended again).
-    let mut duplicates = 0usize;
-    let mut first: Option<EventId> = None;
-    let mut last: Option<EventId> = None;
-    let fail = |e: ApiError, appended: usize, last: Option<EventId>| {
-        e.with("appended", json!(appended))
-            .with("lastId", json!(last.map(|id| id.to_string())))
-    };
-    while let Some(chunk) = events.next().await {
-        let mut batch = Vec::with_capacity(chunk.len());
-        let mut error = None;
-        for item in chunk {
-            let index = appended + duplicates + batch.len();
-            let ev = match item {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let err = match e {
-                        eventsource_stream::EventStreamError::Transport(t) => t,
-                        other => ApiError::new(
-                            StatusCode::BAD_REQUEST,
-                            "invalid_event_stream",
-                            other.to_string(),
-                        ),
-                    };
-                    error = Some(err.at(index));
-                    break;
-                }
-            };
-            if ev.data.is_empty() {
-                continue;
-            }
-            if ev.data.len() > max_event {
-                error = Some(too_large("the event", max_event).at(index));
-                break;
-            }
-            match validate_event(ev.data.as_bytes(), Some(thread)) {
-                Ok(v) => batch.push(v),
-                Err(e) => {
-                    error = Some(ApiError::invalid_event(e.message, e.field).at(index));
-                    break;
-                }
-            }
-        }
-        if !batch.is_empty() {
-            // The producer numbers events from the ingest's first one.
-            let batch_producer = producer.as_ref().map(|p| Producer {
-                id: p.id.clone(),
-                seq: p.seq + (appended + duplicates) as u64,
-            });
-            match state
-                .ingest
-                .append(thread, &batch, batch_producer.as_ref())
-                .await
-            {
-                Ok(done) => {
-                    let ids = done.ids;
-                    count_published(&batch[done.duplicates..]);
-                    duplicates += done.duplicates;
-                    appended += ids.len();
-                    first = first.or(ids.first().copied());
-                    last = ids.last().copied().or(last);
-                }
-                Err(e) => {
-                    // The index of an order rejection counts from the start of the ingest.
-                    return Err(fail(
-                        ApiError::from(e).offset_index(appended + duplicates),
-                        appended,
-                        last,
-                    ));
-                }
-            }
-        }
-        if let Some(e) = error {
-            return Err(fail(e, appended, last));
-        }
-    }
-    Ok(Json(reply(
-        appended,
-        first.as_ref(),
-        last.as_ref(),
-        duplicates,
-    )))
-}
-
-/// Fails the byte stream when more than `limit` (+ framing slack) bytes arrive without a
-/// blank line, so one oversized event cannot make the SSE parser buffer without bound. The
-/// complete events before the oversized one still pass (an ingest appends as it arrives).
-fn guard_event_size(
-    body: impl Stream<Item = Result<Bytes, axum::Error>> + Send + 'static,
-    limit: usize,
-) -> impl Stream<Item = Result<Bytes, ApiError>> + Send + 'static {
-    let cap = limit + 1024;
-    // Bytes since the last blank line, and length of the current line so far.
-    let mut since_boundary = 0usize;
-    let mut line_len = 0usize;
-    let mut failed = false;
-    let mut first = true;
-    // The bytes of a UTF-8 sequence split across chunks (at most 3).
-    let mut utf8_tail: Vec<u8> = Vec::new();
-    body.map(move |chunk| {
-        if failed {
-            return Vec::new();
-        }
-        let mut chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                failed = true;
-                return vec![Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "body_error",
-                    format!("could not read the body: {e}"),
-                ))];
-            }
-        };
-        if first {
-            // A UTF-8 BOM is tolerated (WHATWG SSE strips it); removed here because the SSE
-            // parser crate mishandles it.
-            first = false;
-            if chunk.starts_with(b"\xEF\xBB\xBF") {
-                chunk = chunk.slice(3..);
-            }
-        }
-        // The stream must be UTF-8 (WHATWG SSE): refuse a bad byte at once, since the parser
-        // would otherwise buffer everything after it until the end of the body.
-        if let Err(e) = check_utf8(&mut utf8_tail, &chunk) {
-            failed = true;
-            return vec![Err(e)];
-        }
-        let mut start = 0;
-        // Offset just after the last blank line in this chunk.
-        let mut boundary = 0;
-        for nl in memchr::memchr_iter(b'\n', &chunk) {
-            let seg = nl - start;
-            line_len += seg;
-            since_boundary += seg + 1;
-            // An empty line (possibly "\r") ends an event.
-            let empty =
-                line_len == 0 || (line_len == 1 && chunk.get(nl.wrapping_sub(1)) == Some(&b'\r'));
-            if empty {
-                since_boundary = 0;
-                boundary = nl + 1;
-            }
-            line_len = 0;
-            start = nl + 1;
-        }
-        line_len += chunk.len() - start;
-        since_boundary += chunk.len() - start;
-        if since_boundary > cap {
-            failed = true;
-            let mut out = Vec::with_capacity(2);
-            if boundary > 0 {
-                out.push(Ok(chunk.slice(..boundary)));
-            }
-            out.push(Err(too_large("the event", limit)));
-            out
-        } else {
-            vec![Ok(chunk)]
-        }
-    })
-    .flat_map(futures::stream::iter)
-}
-
-/// Checks that `chunk`, after the incomplete sequence `tail` left by the previous chunk, is
-/// UTF-8; keeps a sequence this chunk leaves incomplete in `tail`.
-fn check_utf8(tail: &mut Vec<u8>, chunk: &[u8]) -> Result<(), ApiError> {
-    let joined;
-    let bytes: &[u8] = if tail.is_empty() {
-        chunk
-    } else {
-        joined = [tail.as_slice(), chunk].concat();
-        &joined
-    };
-    match std::str::from_utf8(bytes) {
-        Ok(_) => {
-            tail.clear();
-            Ok(())
-        }
-        Err(e) if e.error_len().is_none() => {
-            *tail = bytes[e.valid_up_to()..].to_vec();
-            Ok(())
-        }
-        Err(_) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_event_stream",
-            "the event stream is not valid UTF-8",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,26 +322,5 @@ mod tests {
         assert_eq!(body_format(&h).unwrap(), BodyFormat::EventStream);
         h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
         assert!(body_format(&h).is_err());
-    }
-
-    #[tokio::test]
-    async fn size_guard_trips_only_without_boundaries() {
-        let ok: Vec<Result<Bytes, axum::Error>> = (0..100)
-            .map(|_| {
-                Ok(Bytes::from_static(
-                    b"data: {\"type\":\"RAW\",\"event\":1}\n\n",
-                ))
-            })
-            .collect();
-        let out: Vec<_> = guard_event_size(futures::stream::iter(ok), 64)
-            .collect()
-            .await;
-        assert!(out.iter().all(Result::is_ok));
-        let big: Vec<Result<Bytes, axum::Error>> =
-            (0..100).map(|_| Ok(Bytes::from(vec![b'x'; 100]))).collect();
-        let out: Vec<_> = guard_event_size(futures::stream::iter(big), 64)
-            .collect()
-            .await;
-        assert!(out.iter().any(Result::is_err));
     }
 }

@@ -50,9 +50,9 @@ pub(crate) enum Opened {
         /// `retry:` and heartbeat settings.
         settings: StreamSettings,
     },
-    /// The log backend is down: a complete, short event stream (`retry:` and a comment) that
-    /// makes `EventSource` come back later with its `Last-Event-ID`, where an error status
-    /// would stop it for good.
+    /// No stream now (the log backend is down, or the node is draining): a complete, short
+    /// event stream (`retry:` and a comment, no `id:`) that makes `EventSource` come back later
+    /// with its `Last-Event-ID` unchanged, where an error status would stop it for good.
     Unavailable(Bytes),
 }
 
@@ -126,8 +126,13 @@ pub(crate) fn authorize_front(
 /// the stream starts with. `header_id` is the raw `Last-Event-ID` header, if any; `expires`
 /// the token's expiry, when the stream ends (PROTOCOL §8).
 ///
+/// A draining node opens no stream (PROTOCOL §9): it answers `200` with a short jittered
+/// `retry:` ([`stream::drain_retry_ms`]) and a comment, and ends at once, so that the client
+/// reconnects (to a ready node, through the load balancer) within a few seconds with its
+/// `Last-Event-ID`: a native `EventSource` never reconnects after a non-200 answer.
+///
 /// # Errors
-/// 400 `invalid_thread_id`; 503 `draining` (with `Retry-After`).
+/// 400 `invalid_thread_id`.
 pub(crate) async fn open(
     state: &AppState,
     thread: &str,
@@ -137,12 +142,9 @@ pub(crate) async fn open(
 ) -> Result<Opened, ApiError> {
     let thread = parse_thread(thread)?;
     if state.draining.load(Ordering::Relaxed) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "draining",
-            "node is draining; reconnect elsewhere",
-        )
-        .retry_after(1));
+        return Ok(Opened::Unavailable(draining_answer(
+            state.config.sse.retry_ms,
+        )));
     }
     let header_id = header_id.map(|v| String::from_utf8_lossy(v).into_owned());
     // An empty header (what a client sends before it has an id) does not hide the query's.
@@ -204,6 +206,14 @@ pub(crate) async fn open(
                 gap.as_str()
             )));
         }
+        (_, Outcome::EpochStart) => {
+            tracing::info!(%thread, "Last-Event-ID of another epoch; the new epoch from its first event");
+            metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
+            metrics::counter!(m::RESETS, "cause" => "epoch").increment(1);
+            prefix.push(sse::encode_comment(
+                "agui-fanout: Last-Event-ID not resumable (epoch), starting at the log's first event",
+            ));
+        }
         (_, Outcome::StartTrimmed) => {
             prefix.push(sse::encode_comment(
                 "agui-fanout: log trimmed, from=start begins at the head",
@@ -227,6 +237,16 @@ pub(crate) async fn open(
         guard: Box::new(sub.guard),
         settings,
     })
+}
+
+/// The whole event stream a draining node answers a subscribe with: a short jittered `retry:`
+/// and a comment; no `id:`, so the client's `Last-Event-ID` stays what it was.
+fn draining_answer(retry_ms: u64) -> Bytes {
+    let mut body = sse::encode_retry(stream::drain_retry_ms(retry_ms)).to_vec();
+    body.extend_from_slice(&sse::encode_comment(
+        "agui-fanout: node draining, reconnect",
+    ));
+    Bytes::from(body)
 }
 
 /// Headers of every event-stream response (PROTOCOL §3), after the status line. `x-accel-buffering`

@@ -2,17 +2,25 @@
 //! connection's queue, `c` being the hub's cursor when the subscriber was registered, then
 //! hands the queue over to its live buffer, which holds everything after `c`.
 //!
+//! The backfill of a subscriber whose id is of an older epoch (PROTOCOL §4.3) reads the new
+//! epoch from its start, and opens with a prelude of the fold at the epoch's first event in
+//! place of that event: the client still holds the lost epoch's messages and state, which only
+//! snapshots replace, and a stream must begin with a `RUN_STARTED`. When the epoch has no event
+//! yet it waits for the first one (the live buffer meanwhile keeps what the fan-out pushes).
+//!
 //! The backfill is the only producer that waits for room in a queue (its buffer is bounded by
 //! waiting, not by dropping). It ends early when the subscriber leaves (its stop token) and
 //! closes the stream when the range is no longer in the log: the client comes back with its
 //! last id and gets a prelude.
 
-use super::Hub;
+use super::{Hub, ThreadHub};
 use crate::event::ThreadId;
-use crate::log::{Epoch, EventId, EventLog, LogError, ReadFrom, StreamPos};
+use crate::fold::{ThreadFold, prelude};
+use crate::log::{Epoch, EventId, EventLog, LogEntry, LogError, ReadFrom, StreamPos};
 use crate::metrics as m;
 use crate::queue::Frame;
 use crate::queue::{CloseReason, ConnQueue};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -20,9 +28,21 @@ use tokio_util::sync::CancellationToken;
 /// Entries per log read of a backfill.
 const BACKFILL_PAGE: usize = 512;
 
+/// How a backfill's stream opens.
+pub(super) enum Opening {
+    /// With the first entry read (an exact resume, `?from=start`).
+    Plain,
+    /// With a prelude of the fold at the epoch's first event, standing for that event (an id
+    /// of an older epoch, PROTOCOL §4.3); waits for the first event on the thread hub's
+    /// `first_entries` when the epoch has none yet.
+    EpochStart(Arc<ThreadHub>),
+}
+
 impl Hub {
     /// Spawns the backfill of a subscriber registered at the hub's cursor `until`, in the
-    /// thread's `epoch`, from `from`.
+    /// thread's `epoch`, from `from`, opening as `opening` says.
+    // Each argument is one fact of the registration; a struct would only name them twice.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn spawn_backfill(
         &self,
         thread: &ThreadId,
@@ -31,6 +51,7 @@ impl Hub {
         until: StreamPos,
         queue: Arc<ConnQueue>,
         stop: CancellationToken,
+        opening: Opening,
     ) {
         // `?from=start` was decided on a complete log, but the log may be trimmed before the
         // backfill reads it: read "after position 0" of this epoch instead, which the log
@@ -49,11 +70,14 @@ impl Hub {
             until,
             queue,
             stop,
+            opening,
         ));
     }
 }
 
 /// Reads `(from, until]` from the log into the queue's backfill buffer, then hands over to live.
+/// With [`Opening::EpochStart`], `from` is the epoch's start and its first event is replaced by
+/// a prelude of the fold at it.
 pub(super) async fn backfill(
     log: Arc<dyn EventLog>,
     thread: ThreadId,
@@ -61,47 +85,42 @@ pub(super) async fn backfill(
     until: StreamPos,
     queue: Arc<ConnQueue>,
     stop: CancellationToken,
+    opening: Opening,
 ) {
     let mut from = from;
+    let mut opening = opening;
     loop {
         if let ReadFrom::After(id) = from
             && id.pos >= until
+            && matches!(opening, Opening::Plain)
         {
             break;
         }
-        let page = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            page = log.read(&thread, from, BACKFILL_PAGE) => page,
+        let read = match &opening {
+            Opening::Plain => read_page(&*log, &thread, from, &queue, &stop).await,
+            Opening::EpochStart(th) => first_page(&*log, &thread, from, &queue, &stop, th).await,
         };
-        let entries = match page {
-            Ok(entries) => entries,
-            Err(LogError::Gap(gap)) => {
-                // Trimmed (or recreated) since the subscription was decided: the client comes
-                // back with its last id and gets a prelude.
-                tracing::info!(%thread, reason = gap.as_str(), "backfill range no longer in the log; closing the stream so the client resumes");
-                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
-                    .increment(1);
-                queue.close(CloseReason::Discontinuity);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(%thread, error = %e, "backfill read failed; closing the stream so the client resumes");
-                metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Backend.as_str())
-                    .increment(1);
-                queue.close(CloseReason::Backend);
-                return;
-            }
+        let Some(entries) = read else {
+            return;
         };
         let Some(last) = entries.last().map(|e| e.id) else {
             break;
         };
         let born = Instant::now();
-        let frames: Vec<Frame> = entries
-            .iter()
-            .filter(|e| e.id.pos <= until)
-            .map(|e| Frame::encode(e, born))
-            .collect();
+        let mut frames: Vec<Frame> = Vec::with_capacity(entries.len());
+        let mut rest = &entries[..];
+        if let Opening::EpochStart(_) = opening
+            && let Some((first, after)) = entries.split_first()
+        {
+            frames.push(epoch_prelude(first, born));
+            rest = after;
+            opening = Opening::Plain;
+        }
+        frames.extend(
+            rest.iter()
+                .filter(|e| e.id.pos <= until)
+                .map(|e| Frame::encode(e, born)),
+        );
         let full = entries.len() == BACKFILL_PAGE;
         if !frames.is_empty() && !queue.push_backfill(frames).await {
             return;
@@ -112,4 +131,84 @@ pub(super) async fn backfill(
         from = ReadFrom::After(last);
     }
     queue.finish_backfill();
+}
+
+/// One page of the backfill; `None` when the backfill ends here: the subscriber left, or the
+/// range is no longer in the log or cannot be read (the queue is closed then, and the client
+/// comes back with its last id).
+async fn read_page(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    from: ReadFrom,
+    queue: &ConnQueue,
+    stop: &CancellationToken,
+) -> Option<Vec<LogEntry>> {
+    let page = tokio::select! {
+        biased;
+        _ = stop.cancelled() => return None,
+        page = log.read(thread, from, BACKFILL_PAGE) => page,
+    };
+    match page {
+        Ok(entries) => Some(entries),
+        Err(LogError::Gap(gap)) => {
+            // Trimmed (or recreated) since the subscription was decided: the client comes
+            // back with its last id and gets a prelude.
+            tracing::info!(%thread, reason = gap.as_str(), "backfill range no longer in the log; closing the stream so the client resumes");
+            metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Discontinuity.as_str())
+                .increment(1);
+            queue.close(CloseReason::Discontinuity);
+            None
+        }
+        Err(e) => {
+            tracing::warn!(%thread, error = %e, "backfill read failed; closing the stream so the client resumes");
+            metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Backend.as_str())
+                .increment(1);
+            queue.close(CloseReason::Backend);
+            None
+        }
+    }
+}
+
+/// The first page of an epoch's start, waiting for the epoch's first event when it has none
+/// yet; `None` as for [`read_page`].
+async fn first_page(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    from: ReadFrom,
+    queue: &ConnQueue,
+    stop: &CancellationToken,
+    th: &ThreadHub,
+) -> Option<Vec<LogEntry>> {
+    loop {
+        let appended = th.first_entries.notified();
+        tokio::pin!(appended);
+        // Registered before the read, so entries appended after it wake this wait.
+        appended.as_mut().enable();
+        let entries = read_page(log, thread, from, queue, stop).await?;
+        if !entries.is_empty() {
+            return Some(entries);
+        }
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return None,
+            _ = appended => {}
+        }
+    }
+}
+
+/// The prelude of the fold at an epoch's first event (`RUN_STARTED`, `MESSAGES_SNAPSHOT`,
+/// `STATE_SNAPSHOT` `{}`, ...: PROTOCOL §5), as one frame standing for that event; the event
+/// itself when its fold restates nothing (it opens no run).
+fn epoch_prelude(first: &LogEntry, born: Instant) -> Frame {
+    let mut fold = ThreadFold::new();
+    if let Ok(v) = serde_json::from_slice::<Value>(&first.json) {
+        // An event that breaks the order rules is not folded, as every reader of the log does.
+        let _ = fold.apply_logged(&v);
+    }
+    let events = prelude::prelude(&fold);
+    if events.is_empty() {
+        return Frame::encode(first, born);
+    }
+    let view = Arc::new(fold.checker().clone());
+    Frame::synthesised(first.id, &events, born, Some(view))
 }

@@ -7,10 +7,10 @@
 //! cannot be reset is closed. A discontinuity of the tail resets every subscriber to the fold
 //! at the log's head, or ends the thread's streams.
 
-use super::{Hub, ThreadState};
+use super::{Hub, ThreadHub, ThreadState};
 use crate::event::{EventType, ThreadId};
 use crate::fold::{Applied, load_fold};
-use crate::log::{LogEntry, LogHead, ResumeGap, TailItem};
+use crate::log::{LogEntry, LogHead, ResumeGap, StreamPos, TailItem};
 use crate::metrics as m;
 use crate::queue::Frame;
 use crate::queue::{CloseReason, MergeKey, Pushed};
@@ -58,6 +58,12 @@ impl Hub {
             return;
         };
         let same_epoch = th.state.lock().head.is_some_and(|h| h.epoch == head.epoch);
+        if reason == ResumeGap::OtherEpoch && same_epoch {
+            // Reported for an earlier follow, whose thread hub a subscribe already retired
+            // (`Hub::decide` saw the new epoch first): this thread hub was rebuilt in the
+            // log's epoch, which its own follow cannot find foreign.
+            return;
+        }
         if reason == ResumeGap::Trimmed
             && same_epoch
             && let Ok((now, Some(fold))) = load_fold(&*self.shared.log, thread).await
@@ -91,16 +97,33 @@ impl Hub {
                 return;
             }
         }
-        tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, "log discontinuity under the tail; disconnecting the thread's subscribers");
-        // The fold no longer stands for the log: drop the thread hub (the next subscriber
-        // rebuilds it) and end its streams.
-        let removed = self.shared.threads.remove_if(thread, |_, th| {
-            th.state.lock().removed = true;
+        self.retire(thread, &th, head, reason);
+    }
+
+    /// The thread hub `th` no longer stands for the log (recreated, rolled back, or trimmed
+    /// past it with no fold to reset to): drops it, if it is still the followed one (the next
+    /// subscriber rebuilds it from the log), and ends its streams; clients come back with
+    /// their last id.
+    pub(super) fn retire(
+        &self,
+        thread: &ThreadId,
+        th: &Arc<ThreadHub>,
+        head: LogHead,
+        reason: ResumeGap,
+    ) {
+        // Unfollowing inside the closure orders it before any new follow of the thread.
+        let removed = self.shared.threads.remove_if(thread, |_, current| {
+            if !Arc::ptr_eq(current, th) {
+                return false;
+            }
+            current.state.lock().removed = true;
             self.shared.tail.unfollow(thread);
             true
         });
         if let Some((_, th)) = removed {
             let mut st = th.state.lock();
+            tracing::warn!(%thread, reason = reason.as_str(), epoch = %head.epoch, subscribers = st.subscribers.len(),
+                "log discontinuity; disconnecting the thread's subscribers");
             st.head = Some(head);
             st.cursor = head.last;
             for (_, q) in st.subscribers.drain(..) {
@@ -125,10 +148,13 @@ impl Hub {
         let born = Instant::now();
         let mut st = th.state.lock();
         let cursor = st.cursor;
+        let epoch = st.head.map(|h| h.epoch);
         let mut frames: Vec<Frame> = Vec::with_capacity(entries.len());
         for (e, v) in entries.iter().zip(&values) {
-            // The tail may repeat entries after a re-follow: skip those.
-            if e.id.pos <= cursor {
+            // The tail may repeat entries after a re-follow: skip those; and entries of an
+            // earlier follow's epoch still in the channel when a subscribe retired its thread
+            // hub (`Hub::decide`).
+            if e.id.pos <= cursor || Some(e.id.epoch) != epoch {
                 continue;
             }
             let merge = match v {
@@ -174,6 +200,10 @@ impl Hub {
         });
         let receivers = st.subscribers.len() as u64;
         drop(st);
+        if cursor == StreamPos::ZERO {
+            // The epoch's first entries: a backfill waiting for them can build its prelude.
+            th.first_entries.notify_waiters();
+        }
         if written > 0 {
             m::record_publish_to_writes(born, written);
         }

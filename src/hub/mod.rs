@@ -62,7 +62,7 @@ use rand::seq::SliceRandom;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// Capacity of the channel from the log's tail to the hub's dispatcher, in tail items.
@@ -93,6 +93,9 @@ struct ThreadHub {
     started: OnceCell<()>,
     /// The thread state (lock 2 of the lock order in the module docs).
     state: Mutex<ThreadState>,
+    /// Woken when the fan-out moves the cursor off `0-0` (the epoch's first entries): the
+    /// backfill of a subscriber reset to an empty epoch's start waits for it (`backfill.rs`).
+    first_entries: Notify,
 }
 
 /// What the hub knows of one followed thread, under [`ThreadHub::state`].
@@ -181,6 +184,7 @@ impl Hub {
                         subscribers: Vec::new(),
                         removed: false,
                     }),
+                    first_entries: Notify::new(),
                 })
             })
             .clone()

@@ -9,14 +9,23 @@
 //! duplicate, whatever producers do meanwhile.
 //!
 //! A new connection, or a `Last-Event-ID` that cannot be resumed exactly, gets a prelude of
-//! the fold at `c`, built under the same lock (PROTOCOL §4.3, §4.4).
+//! the fold at `c`, built under the same lock (PROTOCOL §4.3, §4.4). An id of another epoch,
+//! when the current epoch's log is complete from its start, gets the whole epoch instead: a
+//! prelude at its first event (built by the backfill), then every later event (PROTOCOL §4.3).
+//!
+//! Never from a fold the log does not stand for: when the log's answer to a resume shows the
+//! thread hub behind the log's truth (another epoch, or the hub's cursor at a position the
+//! log does not hold: Redis lost its data, or a failover rolled back the tail this node
+//! fanned out) before its tail noticed, the thread hub is retired and the subscriber starts
+//! on a fresh one rebuilt from the log.
 
+use super::backfill::Opening;
 use super::bridge::Bridges;
 use super::{Hub, ThreadHub};
 use crate::event::ThreadId;
 use crate::fold::load_fold;
 use crate::fold::prelude;
-use crate::log::{Epoch, EventId, LogError, ReadFrom, ResumeGap, StreamPos};
+use crate::log::{Epoch, EventId, LogError, LogHead, ReadFrom, ResumeGap, StreamPos};
 use crate::metrics as m;
 use crate::queue::Frame;
 use crate::queue::{CloseReason, ConnQueue};
@@ -50,6 +59,20 @@ pub enum Outcome {
     Unresumable(ResumeGap),
     /// `?from=start` on a trimmed log; the stream starts with a prelude at the head.
     StartTrimmed,
+    /// The id is of another epoch (the log was recreated) and the current epoch's log is
+    /// complete from its start: a prelude at the epoch's first event, then every later event,
+    /// so nothing the log holds is skipped (PROTOCOL §4.3).
+    EpochStart,
+}
+
+/// What [`Hub::decide`] found.
+enum Decided {
+    /// Start as decided, with the backfill's start (`None`: a prelude at the hub's cursor).
+    Start(Outcome, Option<ReadFrom>),
+    /// The thread hub's fold does not stand for the log (the log's `head` is of another
+    /// epoch, or behind the hub's cursor, or does not hold it): retire the thread hub and
+    /// decide again on a fresh one.
+    Stale(LogHead, ResumeGap),
 }
 
 /// A registered subscriber: its queue, and the guard that unregisters it when dropped.
@@ -106,7 +129,15 @@ impl Hub {
     ) -> Result<Subscription, LogError> {
         let th = self.thread_hub(thread);
         self.start_following(&th, thread).await?;
-        let (outcome, backfill_from) = self.decide(&th, thread, start).await?;
+        let (outcome, backfill_from) = match self.decide(&th, thread, start).await? {
+            Decided::Start(outcome, backfill_from) => (outcome, backfill_from),
+            Decided::Stale(head, reason) => {
+                // The tail has not reported it yet (it will, to a thread hub that is gone
+                // by then, or to a fresh one, which ignores it, see `discontinuity`).
+                self.retire(thread, &th, head, reason);
+                return Box::pin(self.subscribe(thread, start)).await;
+            }
+        };
 
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         let backfill_stop = self.shared.shutdown.child_token();
@@ -130,6 +161,10 @@ impl Hub {
             queue.close(CloseReason::Shutdown);
         }
         if let Some(from) = backfill_from {
+            let opening = match outcome {
+                Outcome::EpochStart => Opening::EpochStart(th.clone()),
+                _ => Opening::Plain,
+            };
             self.spawn_backfill(
                 thread,
                 from,
@@ -137,6 +172,7 @@ impl Hub {
                 cursor,
                 queue.clone(),
                 backfill_stop.clone(),
+                opening,
             );
         }
         Ok(Subscription {
@@ -175,48 +211,88 @@ impl Hub {
     }
 
     /// Decides how the subscription starts, and the backfill's start when it resumes exactly
-    /// (`None`: a prelude at the hub's cursor).
+    /// or from the epoch's start (`None`: a prelude at the hub's cursor); or finds the thread
+    /// hub stale.
+    ///
+    /// A resume asks the log itself
+    /// ([`EventLog::check_resume`](crate::log::EventLog::check_resume), one round trip:
+    /// trimmed, ahead, another epoch, a position it does not hold) and compares the answer's
+    /// head with the hub's: the hub's cached head sees neither trimming nor a recreated log
+    /// until its tail reports them. `?from=start` does the same with the log's head. A fresh
+    /// connection (no id) costs no log call and takes the hub's fold as it is.
     async fn decide(
         &self,
         th: &ThreadHub,
         thread: &ThreadId,
         start: Start,
-    ) -> Result<(Outcome, Option<ReadFrom>), LogError> {
-        // Decide the backfill range against the hub's head (cheap checks first; the log read
-        // checks trimming and "ahead" against the log itself).
-        // `?from=start` asks the log itself whether it is still complete: the hub's cached
-        // head does not see trimming.
-        let complete = match start {
-            Start::FromStart => self.shared.log.head(thread).await?.complete_from_start(),
-            _ => false,
-        };
-        let (outcome, backfill_from) = {
+    ) -> Result<Decided, LogError> {
+        let (hub_head, hub_cursor) = {
             let st = th.state.lock();
             let head = st
                 .head
-                .expect("set by the OnceCell above before it completes");
-            match start {
-                Start::Live => (Outcome::Exact, None),
-                Start::FromStart if complete => (Outcome::Exact, Some(ReadFrom::Start)),
-                Start::FromStart => (Outcome::StartTrimmed, None),
-                Start::After(id) if id.epoch != head.epoch => {
-                    (Outcome::Unresumable(ResumeGap::OtherEpoch), None)
-                }
-                Start::After(id) => (Outcome::Exact, Some(ReadFrom::After(id))),
-                Start::InsideBridge(_) => (Outcome::Unresumable(ResumeGap::InsideBridge), None),
+                .expect("set by the OnceCell of start_following before it completes");
+            (head, st.cursor)
+        };
+        let hub_at = EventId {
+            epoch: hub_head.epoch,
+            pos: hub_cursor,
+        };
+        // The log's head is read after the hub's cursor, and a log's `last` only grows within
+        // an epoch: another epoch, or a cursor past the log's newest entry, means the log lost
+        // what the hub folded.
+        let stale = |head: LogHead| {
+            if head.epoch != hub_head.epoch {
+                Some(Decided::Stale(head, ResumeGap::OtherEpoch))
+            } else if hub_cursor > head.last {
+                Some(Decided::Stale(head, ResumeGap::Ahead))
+            } else {
+                None
             }
         };
-        // A resume needs the log's verdict (trimmed? ahead?) before the stream starts.
-        Ok(match backfill_from {
-            Some(ReadFrom::After(id)) => {
-                match self.shared.log.read(thread, ReadFrom::After(id), 0).await {
-                    Ok(_) => (outcome, Some(ReadFrom::After(id))),
-                    Err(LogError::Gap(gap)) => (Outcome::Unresumable(gap), None),
-                    Err(e) => return Err(e),
+        let decided = match start {
+            Start::Live => Decided::Start(Outcome::Exact, None),
+            Start::InsideBridge(_) => {
+                Decided::Start(Outcome::Unresumable(ResumeGap::InsideBridge), None)
+            }
+            Start::FromStart => {
+                let head = self.shared.log.head(thread).await?;
+                if let Some(stale) = stale(head) {
+                    return Ok(stale);
+                }
+                if head.complete_from_start() {
+                    Decided::Start(Outcome::Exact, Some(ReadFrom::Start))
+                } else {
+                    Decided::Start(Outcome::StartTrimmed, None)
                 }
             }
-            other => (outcome, other),
-        })
+            Start::After(id) => {
+                let check = self.shared.log.check_resume(thread, id).await?;
+                if let Some(stale) = stale(check.head) {
+                    return Ok(stale);
+                }
+                match check.verdict {
+                    Ok(()) => Decided::Start(Outcome::Exact, Some(ReadFrom::After(id))),
+                    Err(ResumeGap::OtherEpoch) if check.head.complete_from_start() => {
+                        Decided::Start(Outcome::EpochStart, Some(ReadFrom::Start))
+                    }
+                    Err(gap) => {
+                        // A prelude of the hub's fold: only if the log holds the hub's cursor
+                        // (at the log's head it does; otherwise one more look, on this path
+                        // only). A trimmed cursor is an old fold, not a wrong one: the tail
+                        // resets to the head when it finds it (`discontinuity`).
+                        if hub_cursor != check.head.last
+                            && let Err(hub_gap) =
+                                self.shared.log.check_resume(thread, hub_at).await?.verdict
+                            && hub_gap != ResumeGap::Trimmed
+                        {
+                            return Ok(Decided::Stale(check.head, hub_gap));
+                        }
+                        Decided::Start(Outcome::Unresumable(gap), None)
+                    }
+                }
+            }
+        };
+        Ok(decided)
     }
 
     /// Registers the subscriber's new queue under the thread's lock, with a prelude of the fold

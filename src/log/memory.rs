@@ -17,7 +17,7 @@
 
 use super::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeGap, Retention, StreamPos, Tail, TailItem, check_resumable,
+    ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use bytes::Bytes;
@@ -215,11 +215,27 @@ impl ThreadInner {
         .min(self.entries.len())
     }
 
+    /// Whether an entry at `pos` is retained. Positions are consecutive `0-n` up to `last`, so
+    /// every position from the first retained one to `last` is held.
+    fn holds(&self, pos: StreamPos) -> bool {
+        pos.ms == 0
+            && pos <= self.last
+            && self
+                .entries
+                .front()
+                .is_some_and(|first| pos >= first.id.pos)
+    }
+
+    /// `check_resumable` of `id` against this thread.
+    fn check(&self, id: EventId) -> Result<(), ResumeGap> {
+        check_resumable(&self.head(), id, self.holds(id.pos))
+    }
+
     fn read(&self, from: ReadFrom, limit: usize) -> Result<Vec<LogEntry>, ResumeGap> {
         let start = match from {
             ReadFrom::Start => 0,
             ReadFrom::After(id) => {
-                check_resumable(&self.head(), id)?;
+                self.check(id)?;
                 self.index_after(id.pos)
             }
         };
@@ -305,6 +321,15 @@ impl MemoryLog {
         Ok(ids)
     }
 
+    /// Loses the thread's data as a Redis restarted without persistence would: the thread
+    /// comes back empty under a new epoch, and a tail following it reports the discontinuity.
+    #[cfg(test)]
+    pub(crate) fn lose(&self, thread: &ThreadId) {
+        let log = self.thread(thread);
+        *log.inner.lock() = ThreadInner::new(Instant::now());
+        log.appended.notify_waiters();
+    }
+
     fn thread(&self, thread: &ThreadId) -> Arc<ThreadLog> {
         if let Some(t) = self.shared.threads.get(thread) {
             return t.clone();
@@ -384,6 +409,15 @@ impl EventLog for MemoryLog {
         let log = self.thread(thread);
         let inner = log.lock(&self.shared.retention);
         Ok(inner.read(from, limit)?)
+    }
+
+    async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
+        let log = self.thread(thread);
+        let inner = log.lock(&self.shared.retention);
+        Ok(ResumeCheck {
+            head: inner.head(),
+            verdict: inner.check(id),
+        })
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {

@@ -192,7 +192,7 @@ pub enum ReadFrom {
     /// From the first retained entry of the current epoch.
     Start,
     /// Strictly after this id, which must be resumable (same epoch, nothing after it trimmed,
-    /// not ahead of the log).
+    /// not ahead of the log, an entry the log holds or the trimmed bound: `check_resumable`).
     After(EventId),
 }
 
@@ -335,6 +335,11 @@ pub enum ResumeGap {
     /// The id is ahead of the newest event.
     #[error("event id is ahead of the log")]
     Ahead,
+    /// The id is within the log's range, but the log holds no entry with it: a position the
+    /// log never had (a tail a failover rolled back, after which the log grew past it, or an
+    /// id it never issued). Treated as a rollback (PROTOCOL §4.3).
+    #[error("the log holds no entry with this id")]
+    Unknown,
     /// The id marks a position inside a reset bridge ([`ResumeId::InsideBridge`]): what the
     /// client applied of the bridge is unknown.
     #[error("event id marks a position inside a reset bridge")]
@@ -348,27 +353,49 @@ impl ResumeGap {
             ResumeGap::OtherEpoch => "epoch",
             ResumeGap::Trimmed => "trimmed",
             ResumeGap::Ahead => "ahead",
+            ResumeGap::Unknown => "unknown",
             ResumeGap::InsideBridge => "bridge",
         }
     }
 }
 
 /// Decides whether reading strictly after `id` is exact for a log with `head` (both backends'
-/// reads and tails).
+/// reads and tails). `held`: the log holds an entry at exactly `id.pos` (the backend looks;
+/// the check costs one lookup per resume or tail check, never one per event).
+///
+/// Exact means: the same epoch, not ahead of `head.last`, nothing after it trimmed, and the
+/// position is one the log holds, or the trimmed bound itself (`head.max_deleted`, `0-0` on a
+/// log trimmed of nothing: a checkpoint's position, or the start). A position inside the
+/// log's range that it does not hold is one it never had: after a failover that lost the
+/// primary's last entries (same epoch, the meta hash was replicated), a client's or a tail's
+/// position in the lost part lies below the new entries once the log grew past it, and
+/// reading after it would skip nothing yet continue a history the log does not have.
 ///
 /// # Errors
-/// The [`ResumeGap`] that makes it inexact: another epoch, ahead of `head.last`, or before
-/// `head.max_deleted`.
-pub(crate) fn check_resumable(head: &LogHead, id: EventId) -> Result<(), ResumeGap> {
+/// The [`ResumeGap`] that makes it inexact: another epoch, ahead of `head.last`, before
+/// `head.max_deleted`, or a position the log does not hold.
+pub(crate) fn check_resumable(head: &LogHead, id: EventId, held: bool) -> Result<(), ResumeGap> {
     if id.epoch != head.epoch {
         Err(ResumeGap::OtherEpoch)
     } else if id.pos > head.last {
         Err(ResumeGap::Ahead)
     } else if id.pos < head.max_deleted {
         Err(ResumeGap::Trimmed)
+    } else if id.pos != head.max_deleted && !held {
+        Err(ResumeGap::Unknown)
     } else {
         Ok(())
     }
+}
+
+/// The log's answer to "can a stream resume exactly after this id?" ([`EventLog::check_resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumeCheck {
+    /// The log's head when it answered.
+    pub head: LogHead,
+    /// `Ok` when reading strictly after the id is exact; otherwise why not
+    /// (`check_resumable`'s rule).
+    pub verdict: Result<(), ResumeGap>,
 }
 
 /// Errors of a log backend.
@@ -545,6 +572,14 @@ pub trait EventLog: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<LogEntry>, LogError>;
 
+    /// The log's head and its verdict on resuming strictly after `id`, in one step (one round
+    /// trip): the same rule as [`EventLog::read`] applies (`check_resumable`), including the
+    /// lookup of the entry at `id` itself. Run once per resume, never per event.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] when the backend cannot be reached.
+    async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError>;
+
     /// The thread's current [`LogHead`] (creating its epoch if the thread is new).
     ///
     /// # Errors
@@ -655,6 +690,45 @@ mod tests {
         ] {
             assert_eq!(bad.parse::<ResumeId>(), Err(IdParseError), "{bad:?}");
         }
+    }
+
+    /// A position inside the log's range that the log does not hold is a rollback, not an
+    /// exact resume; the trimmed bound itself (a checkpoint's position, `0-0`) needs no entry.
+    #[test]
+    fn resumable_needs_the_entry_or_the_trimmed_bound() {
+        let head = LogHead {
+            epoch: Epoch(7),
+            last: StreamPos::new(50, 0),
+            max_deleted: StreamPos::new(10, 0),
+        };
+        let at = |ms| EventId {
+            epoch: Epoch(7),
+            pos: StreamPos::new(ms, 0),
+        };
+        assert_eq!(check_resumable(&head, at(20), true), Ok(()));
+        assert_eq!(
+            check_resumable(&head, at(20), false),
+            Err(ResumeGap::Unknown)
+        );
+        assert_eq!(check_resumable(&head, at(10), false), Ok(()), "the bound");
+        assert_eq!(
+            check_resumable(&head, at(9), false),
+            Err(ResumeGap::Trimmed)
+        );
+        assert_eq!(check_resumable(&head, at(51), false), Err(ResumeGap::Ahead));
+        let other = EventId {
+            epoch: Epoch(8),
+            pos: StreamPos::new(20, 0),
+        };
+        assert_eq!(
+            check_resumable(&head, other, true),
+            Err(ResumeGap::OtherEpoch)
+        );
+        let untrimmed = LogHead {
+            max_deleted: StreamPos::ZERO,
+            ..head
+        };
+        assert_eq!(check_resumable(&untrimmed, at(0), false), Ok(()), "0-0");
     }
 
     #[test]

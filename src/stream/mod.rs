@@ -26,8 +26,7 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct StreamSettings {
     /// Milliseconds written in the first `retry:` frame; the last frame of a stream ended by
-    /// the node's drain carries a jittered multiple of it (1× to 5×), so that clients spread
-    /// their reconnects.
+    /// the node's drain carries [`drain_retry_ms`] of it (¼× to 1.5×).
     pub retry_ms: u64,
     /// Idle time after which a heartbeat comment is written.
     pub heartbeat: Duration,
@@ -42,13 +41,25 @@ pub struct StreamSettings {
 /// The last frame of a stream whose token expired.
 pub const EXPIRED: &[u8] = b": agui-fanout: token expired\n\n";
 
+/// The `retry:` of a stream a draining node ends or refuses (PROTOCOL §9), in milliseconds:
+/// uniformly drawn from ¼× to 1.5× `retry_ms` (500 ms to 3 s with the default 2 s).
+///
+/// Why short: the client should land on a ready node within a few seconds, not wait out a
+/// long delay while other nodes could serve it (a 1×–5× jitter left clients up to 10 s
+/// without events, on top of the drain). Why jittered at all: clients the drain ends at the
+/// same moment (or that keep coming back to the draining node) should not return in step;
+/// the main spread comes from the drain itself, which ends streams one by one over its
+/// period ([`crate::hub::Hub::drain_streams`]).
+pub fn drain_retry_ms(retry_ms: u64) -> u64 {
+    rand::random_range(retry_ms / 4..=retry_ms.saturating_mul(3) / 2)
+}
+
 impl StreamSettings {
-    /// The last words of a stream whose queue was closed for `reason`: the jittered `retry:`
-    /// of a drain (PROTOCOL §9), or a comment naming the cause.
+    /// The last words of a stream whose queue was closed for `reason`: the short jittered
+    /// `retry:` of a drain ([`drain_retry_ms`], PROTOCOL §9), or a comment naming the cause.
     fn final_frame(&self, reason: CloseReason) -> Option<Bytes> {
         if reason == CloseReason::Shutdown {
-            let jitter = rand::random_range(0..=self.retry_ms.max(1) * 4);
-            return Some(sse::encode_retry(self.retry_ms + jitter));
+            return Some(sse::encode_retry(drain_retry_ms(self.retry_ms)));
         }
         reason.final_words().map(sse::encode_comment)
     }

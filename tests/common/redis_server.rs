@@ -67,6 +67,85 @@ impl RedisServer {
         panic!("could not restart redis-server on port {}", self.port);
     }
 
+    /// Makes this server a replica of `primary` (`REPLICAOF`) and waits up to 10 s until it
+    /// has synchronised (its link up, no sync in progress). A server that was a primary drops
+    /// its own data for the primary's, as an old primary rejoining after a failover does.
+    pub async fn replicate(&self, primary: &RedisServer) {
+        // A diskless full sync otherwise waits 5 s for more replicas to share it.
+        primary
+            .command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+            .await;
+        self.command(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()])
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = self.command(&["INFO", "replication"]).await;
+            if info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica on port {} not in sync after 10 s: {info}",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Promotes a replica: it stops replicating and serves writes with what it holds
+    /// (`REPLICAOF NO ONE`), as a failover does.
+    pub async fn promote(&self) {
+        self.command(&["REPLICAOF", "NO", "ONE"]).await;
+    }
+
+    /// Waits (at most 10 s) until `replica` holds everything this server wrote so far: its
+    /// replication offset reached this server's. (`WAIT` would not do: it waits for the writes
+    /// of its own connection only.)
+    pub async fn replicated_to(&self, replica: &RedisServer) {
+        let offset = |info: &str, field: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let info = self.command(&["INFO", "replication"]).await;
+        let wrote = offset(&info, "master_repl_offset:").expect("master_repl_offset");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = replica.command(&["INFO", "replication"]).await;
+            if offset(&info, "slave_repl_offset:").is_some_and(|got| got >= wrote) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica on port {} short of offset {wrote} after 10 s: {info}",
+                replica.port
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Runs one command on a fresh connection; its reply as text (integers in decimal).
+    pub async fn command(&self, args: &[&str]) -> String {
+        let client = redis::Client::open(self.url()).expect("redis URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the private redis-server");
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        match cmd
+            .query_async::<redis::Value>(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        {
+            redis::Value::Int(n) => n.to_string(),
+            other => redis::from_redis_value::<String>(other).unwrap_or_default(),
+        }
+    }
+
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
     pub fn pause(&self) {
         self.signal("-STOP");

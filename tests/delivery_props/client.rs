@@ -96,6 +96,8 @@ pub(crate) struct Stats {
     pub(crate) preludes: usize,
     pub(crate) exact_resumes: usize,
     pub(crate) unresumable: usize,
+    /// Of those, ids of another epoch started at the epoch's first event (PROTOCOL §4.3).
+    pub(crate) epoch_starts: usize,
     /// Connections cut inside a write.
     pub(crate) cuts: usize,
     /// Of those, cut inside a reset bridge (after its first event): resumed with its mark.
@@ -122,6 +124,7 @@ impl Stats {
         self.preludes += o.preludes;
         self.exact_resumes += o.exact_resumes;
         self.unresumable += o.unresumable;
+        self.epoch_starts += o.epoch_starts;
         self.cuts += o.cuts;
         self.cuts_inside_bridges += o.cuts_inside_bridges;
         self.synthesised_mid_connection += o.synthesised_mid_connection;
@@ -156,6 +159,10 @@ pub(crate) struct Client {
     pub(crate) last_coalesced: bool,
     /// The current connection began with a prelude (the hub knows its view throughout).
     pub(crate) conn_prelude: bool,
+    /// The current connection starts at the epoch's first event (an id of another epoch,
+    /// PROTOCOL §4.3): its prelude comes through the queue and a backfill follows it, so the
+    /// hub knows its view only once the backfill is written, as for an exact resume.
+    pub(crate) conn_epoch_start: bool,
     /// The client's fold (messages and state carry over; order state per connection).
     pub(crate) fold: ThreadFold,
     /// Last id received (over all connections).
@@ -208,6 +215,13 @@ impl Client {
                 return Err(self.fail("a resume inside a bridge taken as exact".into()));
             }
             (_, Outcome::Unresumable(_)) => stats.unresumable += 1,
+            (Start::After(_), Outcome::EpochStart) => {
+                stats.unresumable += 1;
+                stats.epoch_starts += 1;
+            }
+            (_, Outcome::EpochStart) => {
+                return Err(self.fail("an epoch start without an id".into()));
+            }
             _ => {}
         }
         self.log.push(format!(
@@ -221,18 +235,33 @@ impl Client {
         }
         let exact = matches!((start, sub.outcome), (Start::After(_), Outcome::Exact))
             || matches!((start, sub.outcome), (Start::FromStart, Outcome::Exact));
-        // (When the hub has not fanned the last batch out yet, its fold may still be empty.)
-        if settled && !exact && truth.head().is_some() && sub.prelude.is_none() {
+        let epoch_start = sub.outcome == Outcome::EpochStart;
+        // (When the hub has not fanned the last batch out yet, its fold may still be empty.
+        // An epoch start's prelude comes first through the queue.)
+        if settled && !exact && !epoch_start && truth.head().is_some() && sub.prelude.is_none() {
             return Err(
                 self.fail("a fresh connection to a non-empty thread without prelude".into())
             );
         }
-        if exact && sub.prelude.is_some() {
+        if (exact || epoch_start) && sub.prelude.is_some() {
             return Err(self.fail("an exact resume with a prelude".into()));
+        }
+        if epoch_start {
+            // The id was of another epoch: nothing the client received is a position of this
+            // one, and the stream starts over at the epoch's first event. Such a client holds
+            // the lost epoch's messages, not this log's (the forged id here comes with this
+            // log's): the prelude's snapshots replace them, except `reasoning` and `activity`
+            // messages, which a MESSAGES_SNAPSHOT without one of the kind keeps on the client
+            // (AGUI.md §6; PROTOCOL §4.3), so that a replay from the start would append to them
+            // again. Modelled as a client of a lost epoch: holding nothing of this log.
+            self.fold = ThreadFold::new();
+            self.last = None;
+            self.bridge_mark = false;
         }
         self.conn_first = true;
         self.conn_last = None;
         self.conn_prelude = false;
+        self.conn_epoch_start = epoch_start;
         self.connected_once = true;
         let prelude = sub.prelude.as_ref().map(|p| p.bytes.clone());
         self.sub = Some(sub);
@@ -290,7 +319,7 @@ impl Client {
                 if prelude::is_prelude_start(&ev) {
                     // A fresh HTTP response: a fresh verifier; messages and state carry over.
                     self.fold.reset_order();
-                    self.conn_prelude = true;
+                    self.conn_prelude = !self.conn_epoch_start;
                     stats.preludes += 1;
                 }
             } else if prelude::is_prelude_start(&ev) {

@@ -121,6 +121,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
             conn_last: None,
             last_coalesced: false,
             conn_prelude: false,
+            conn_epoch_start: false,
             fold: ThreadFold::new(),
             last: None,
             bridge_mark: false,

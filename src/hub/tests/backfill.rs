@@ -1,7 +1,7 @@
 //! The backfill of an exact resume: its range, the hand-over to live, how it ends.
 
 use super::*;
-use crate::hub::backfill::backfill;
+use crate::hub::backfill::{Opening, backfill};
 use crate::queue::Frame;
 use std::time::Instant;
 
@@ -35,6 +35,7 @@ async fn backfill_reads_up_to_the_cursor_then_hands_over() {
         ids[5].pos,
         queue.clone(),
         CancellationToken::new(),
+        Opening::Plain,
     )
     .await;
     let got = read_until(&queue, ids[9]).await;
@@ -96,6 +97,7 @@ async fn a_backfill_that_cannot_read_closes_the_stream() {
             ids[3].pos,
             queue.clone(),
             CancellationToken::new(),
+            Opening::Plain,
         )
         .await;
         assert_eq!(closed(&queue).await, reason);
@@ -117,6 +119,7 @@ async fn a_stopped_backfill_ends_without_handing_over() {
         ids[3].pos,
         queue.clone(),
         stop,
+        Opening::Plain,
     )
     .await;
     assert!(queue.try_drain().is_none());
@@ -137,6 +140,7 @@ async fn from_start_trimmed_meanwhile_closes_the_stream() {
         ids.last().unwrap().pos,
         queue.clone(),
         CancellationToken::new(),
+        Opening::Plain,
     );
     assert_eq!(closed(&queue).await, CloseReason::Discontinuity);
 }

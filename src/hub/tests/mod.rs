@@ -4,6 +4,7 @@
 
 mod backfill;
 mod bridge;
+mod epoch;
 mod fanout;
 mod registry;
 mod snapshot;
@@ -14,7 +15,7 @@ use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::log::memory::MemoryLog;
 use crate::log::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    Retention, StreamPos, Tail, TailItem,
+    ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem,
 };
 use crate::queue::{CloseReason, ConnQueue, Drained, QueueLimits};
 use parking_lot::Mutex;
@@ -22,7 +23,7 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for the hub (virtual time: the tests run with paused time, so a
@@ -39,6 +40,12 @@ pub(super) struct TestLog {
     followed: Arc<Mutex<HashSet<ThreadId>>>,
     /// While set, `read` fails with this error.
     failing_reads: Mutex<Option<LogError>>,
+    /// While `true`, what the tail reads is held back from the hub (a tail that has not
+    /// noticed yet), then handed over in order.
+    tail_held: watch::Sender<bool>,
+    /// Positions the log answers for as if it never held them (a tail a failover rolled
+    /// back, the log grown past it): resuming after one is [`ResumeGap::Unknown`].
+    rolled_back: Mutex<HashSet<StreamPos>>,
 }
 
 impl TestLog {
@@ -48,7 +55,30 @@ impl TestLog {
             sink: Mutex::new(None),
             followed: Arc::default(),
             failing_reads: Mutex::new(None),
+            tail_held: watch::Sender::new(false),
+            rolled_back: Mutex::default(),
         }
+    }
+
+    /// From now on, answers a resume after `pos` as a log that never held it (what Redis
+    /// answers after a failover lost the entry and the log grew past it; the memory log's
+    /// consecutive positions cannot lose one).
+    pub(super) fn roll_back(&self, pos: StreamPos) {
+        self.rolled_back.lock().insert(pos);
+    }
+
+    fn rolled_back(&self, from: ReadFrom) -> bool {
+        matches!(from, ReadFrom::After(id) if self.rolled_back.lock().contains(&id.pos))
+    }
+
+    /// Holds back what the tail reads from the hub (`true`), or hands it over (`false`).
+    pub(super) fn hold_tail(&self, held: bool) {
+        self.tail_held.send_replace(held);
+    }
+
+    /// Loses the thread's data as a Redis restarted empty would: a new epoch, no entries.
+    pub(super) fn lose(&self, thread: &ThreadId) {
+        self.memory.lose(thread);
     }
 
     /// Whether the tail follows `thread` now.
@@ -103,7 +133,21 @@ impl EventLog for TestLog {
         if let Some(e) = self.failing_reads.lock().clone() {
             return Err(e);
         }
+        if self.rolled_back(from) {
+            return Err(LogError::Gap(ResumeGap::Unknown));
+        }
         self.memory.read(thread, from, limit).await
+    }
+
+    async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
+        if let Some(e) = self.failing_reads.lock().clone() {
+            return Err(e);
+        }
+        let mut check = self.memory.check_resume(thread, id).await?;
+        if check.verdict.is_ok() && self.rolled_back(ReadFrom::After(id)) {
+            check.verdict = Err(ResumeGap::Unknown);
+        }
+        Ok(check)
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {
@@ -120,8 +164,23 @@ impl EventLog for TestLog {
         shutdown: CancellationToken,
     ) -> Arc<dyn Tail> {
         *self.sink.lock() = Some(sink.clone());
+        // The memory tail writes to a gate that forwards to the hub unless held.
+        let (gate, mut gated) = mpsc::channel::<TailItem>(1024);
+        let mut held = self.tail_held.subscribe();
+        tokio::spawn(async move {
+            while let Some(item) = gated.recv().await {
+                while *held.borrow_and_update() {
+                    if held.changed().await.is_err() {
+                        return;
+                    }
+                }
+                if sink.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
         Arc::new(RecordingTail {
-            inner: self.memory.start_tail(sink, shutdown),
+            inner: self.memory.start_tail(gate, shutdown),
             followed: self.followed.clone(),
         })
     }

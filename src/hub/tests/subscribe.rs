@@ -52,22 +52,19 @@ async fn a_resumable_id_gets_exactly_the_missed_events() {
     assert!(sub.queue.try_drain().is_none());
 }
 
-/// Ids that cannot be resumed exactly start with a prelude at the head, and say why.
+/// Ids that cannot be resumed exactly start with a prelude at the head, and say why (an id
+/// of another epoch gets the current epoch from its start instead while that is complete:
+/// `epoch.rs`).
 #[tokio::test(start_paused = true)]
 async fn an_unresumable_id_gets_a_prelude_at_the_head() {
     let rig = Rig::new(100);
     let ids = rig.publish_run(3).await;
     let head = *ids.last().unwrap();
-    let other_epoch = EventId {
-        epoch: Epoch(head.epoch.0.wrapping_add(1)),
-        pos: ids[1].pos,
-    };
     let ahead = EventId {
         epoch: head.epoch,
         pos: StreamPos::new(head.pos.ms, head.pos.seq + 5),
     };
     for (start, gap) in [
-        (Start::After(other_epoch), ResumeGap::OtherEpoch),
         (Start::After(ahead), ResumeGap::Ahead),
         (Start::InsideBridge(ids[1]), ResumeGap::InsideBridge),
     ] {

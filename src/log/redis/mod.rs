@@ -59,7 +59,8 @@
 //! thread, epoch, the stream's `last-generated-id` before the batch (`prev`), and the entries. Each node's tail `SUBSCRIBE`s on a second connection. A note whose `prev` is the
 //! follow's cursor (same epoch) is exactly the next part of the log and is delivered without
 //! reading Redis; any other note of a followed thread makes the tail read that stream after its
-//! cursor (one read script per thread, pipelined: epoch, head and `XRANGE` atomically). Every
+//! cursor (one read script per thread, pipelined: epoch, head, `XRANGE` and the lookup of the
+//! cursor's own entry atomically; a cursor the stream does not hold is a rolled-back tail). Every
 //! `block`, one non-blocking `XREAD COUNT n STREAMS <every followed stream> <cursors>` picks up
 //! what no note announced (direct `XADD`s). Pub/Sub is at-most-once, so notes are hints: when
 //! the subscription is lost (or the tail falls 4,096 notes behind), the tail goes back to one
@@ -88,7 +89,7 @@ mod tests;
 
 use super::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    Retention, Tail, TailItem, check_resumable,
+    ResumeCheck, Retention, Tail, TailItem, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
@@ -96,7 +97,7 @@ use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script, Value};
 use resp::{
-    RawEntry, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
+    ReadPage, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
     parse_pos, parse_read_reply, string, unavailable,
 };
 use scripts::{AppendArgs, HeadArgs, Keys, ProducerArgs, ReadArgs, ScriptArgs, Scripts};
@@ -270,13 +271,14 @@ impl RedisLog {
         result
     }
 
-    /// One page of the read script: the head and up to `count` raw entries from `start`.
+    /// One page of the read script: the head, up to `count` raw entries from `start`, and
+    /// whether the stream holds the entry `start` is after.
     async fn read_page(
         &self,
         keys: &Keys,
         from: ReadFrom,
         count: usize,
-    ) -> Result<(LogHead, Vec<RawEntry>), LogError> {
+    ) -> Result<ReadPage, LogError> {
         let args = ReadArgs {
             keys,
             fresh_epoch: Epoch::random(),
@@ -414,9 +416,13 @@ impl EventLog for RedisLog {
             let mut first_page = true;
             loop {
                 let want = limit - out.len();
-                let (head, raw) = self.read_page(&keys, start, want).await?;
+                let ReadPage {
+                    head,
+                    entries: raw,
+                    held,
+                } = self.read_page(&keys, start, want).await?;
                 if let ReadFrom::After(id) = start
-                    && let Err(gap) = check_resumable(&head, id)
+                    && let Err(gap) = check_resumable(&head, id, held)
                 {
                     if first_page {
                         return Err(gap.into());
@@ -440,6 +446,21 @@ impl EventLog for RedisLog {
                 }
             }
             Ok(out)
+        })
+        .await
+    }
+
+    /// The read script with no entries (`COUNT 0`): the epoch, the head and `XRANGE <id> <id>`
+    /// in one atomic step, then `check_resumable` as `read` does.
+    async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
+        self.timed("read", async {
+            let page = self
+                .read_page(&self.keys(thread), ReadFrom::After(id), 0)
+                .await?;
+            Ok(ResumeCheck {
+                head: page.head,
+                verdict: check_resumable(&page.head, id, page.held),
+            })
         })
         .await
     }

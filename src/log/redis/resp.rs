@@ -272,10 +272,29 @@ pub(super) fn parse_append_reply(reply: &Value, expected: usize) -> Result<Vec<E
     Ok(ids)
 }
 
-/// The read script's reply: `{epoch, info, entries}`, as the head and the raw entries.
-pub(super) fn parse_read_reply(reply: &Value) -> Result<(LogHead, Vec<RawEntry>), LogError> {
+/// The read script's reply, decoded.
+pub(super) struct ReadPage {
+    /// The head the page was read at.
+    pub head: LogHead,
+    /// Up to `count` raw entries after the start.
+    pub entries: Vec<RawEntry>,
+    /// The stream holds an entry at exactly the position read after (`false` for a read from
+    /// the start): the input of `check_resumable`.
+    pub held: bool,
+}
+
+/// The read script's reply: `{epoch, info, entries, held}`.
+pub(super) fn parse_read_reply(reply: &Value) -> Result<ReadPage, LogError> {
     let items = array(reply).ok_or_else(|| malformed("read reply"))?;
     let head = parse_head(items)?;
     let entries = parse_entries(items.get(2).ok_or_else(|| malformed("read reply"))?)?;
-    Ok((head, entries))
+    let held = match items.get(3) {
+        Some(Value::Int(n)) => *n == 1,
+        _ => return Err(malformed("read reply (held)")),
+    };
+    Ok(ReadPage {
+        head,
+        entries,
+        held,
+    })
 }

@@ -1,12 +1,15 @@
 -- A page of the log with its head, in one atomic step. Built by `ReadArgs` (scripts.rs).
 --
 -- KEYS[1] stream, KEYS[2] meta, KEYS[3] ckpt
--- ARGV[1] fresh epoch    8 hex digits, used if the thread needs a new epoch
+-- ARGV[1] fresh epoch    8 hex digits, used if the thread needs a new one
 -- ARGV[2] XRANGE start   '-' or '(<id>'
 -- ARGV[3] count          entries at most ('0': none, only the head)
 -- ARGV[4] idle_ttl ms    ('0': none; always the last argument)
 --
--- Returns {epoch, info, {{id, {field, value…}}…}} (info: see stream_info).
+-- Returns {epoch, info, {{id, {field, value…}}…}, held} (info: see stream_info). `held` is 1
+-- when the stream holds an entry with exactly the id of a '(<id>' start (`XRANGE id id`,
+-- O(log n)): a read after a position the log never had (a tail a failover rolled back) is
+-- not exact, even once the log grew past it (check_resumable in log/mod.rs).
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 local info = stream_info(KEYS[1], KEYS[3], live)
 local entries = {}
@@ -14,4 +17,11 @@ local n = tonumber(ARGV[3])
 if live and n > 0 then
   entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', n)
 end
-return {ep, info, entries}
+local held = 0
+if live and string.sub(ARGV[2], 1, 1) == '(' then
+  local at = string.sub(ARGV[2], 2)
+  if #redis.call('XRANGE', KEYS[1], at, at, 'COUNT', 1) > 0 then
+    held = 1
+  end
+end
+return {ep, info, entries, held}

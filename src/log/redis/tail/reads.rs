@@ -1,16 +1,16 @@
 //! The tail reader's Redis round trips on its dedicated connection: connecting (`CLIENT ID`,
-//! `SCRIPT LOAD`), the pipelined read and head scripts, the epoch checks and the `XREAD` over
-//! every followed stream.
+//! `SCRIPT LOAD`), the pipelined read scripts (pages, and the checks of a cursor against the
+//! log), the epoch checks and the `XREAD` over every followed stream.
 
 use super::{DIRTY_BATCH, Flow, Follow, TailReader, block_of, xread_interval};
 use crate::event::ThreadId;
 use crate::log::check_resumable;
 use crate::log::redis::resp::{
-    RawEntry, array, decode_entries, malformed, parse_epoch_str, parse_head, parse_read_reply,
-    parse_xread, string, unavailable,
+    RawEntry, ReadPage, decode_entries, parse_epoch_str, parse_read_reply, parse_xread, string,
+    unavailable,
 };
-use crate::log::redis::scripts::{HeadArgs, Keys, ReadArgs, ScriptArgs};
-use crate::log::{Epoch, EventId, LogError, LogHead, TailItem};
+use crate::log::redis::scripts::{Keys, ReadArgs, ScriptArgs};
+use crate::log::{Epoch, EventId, LogError, LogHead, StreamPos, TailItem};
 use crate::metrics::BACKEND_UP;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 impl TailReader {
     /// Reads dirty threads after their cursors (at most [`DIRTY_BATCH`] per call): pipelined
-    /// read scripts, each the epoch, the head and `XRANGE (<cursor> + COUNT n` in one atomic
-    /// step, then [`check_resumable`] of the cursor against that head: the entries are
+    /// read scripts, each the epoch, the head, `XRANGE (<cursor> + COUNT n` and the lookup of
+    /// the cursor's own entry in one atomic step, then [`check_resumable`] of the cursor
+    /// against that head (a cursor the log does not hold is a rolled-back tail): the entries are
     /// delivered (after validation: they may come from a direct `XADD`), or a discontinuity.
     /// A thread that returned a full page stays dirty.
     pub(super) async fn read_dirty(&mut self) -> Result<Flow, LogError> {
@@ -77,12 +78,16 @@ impl TailReader {
                 Value::ServerError(e) => return Err(LogError::Unavailable(format!("redis: {e}"))),
                 other => parse_read_reply(other)?,
             };
-            let (head, raw) = page;
+            let ReadPage {
+                head,
+                entries: raw,
+                held,
+            } = page;
             let at = EventId {
                 epoch: follow.epoch,
                 pos: follow.cursor,
             };
-            let flow = match check_resumable(&head, at) {
+            let flow = match check_resumable(&head, at, held) {
                 Ok(()) => {
                     if raw.len() >= count {
                         self.dirty.insert(thread.clone());
@@ -113,8 +118,7 @@ impl TailReader {
     }
 
     /// Opens the dedicated connection if there is none: `CLIENT ID` (for `CLIENT UNBLOCK`),
-    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the head and read scripts (pipelined `EVALSHA`
-    /// later).
+    /// `CLIENT SETNAME`, `SCRIPT LOAD` of the read script (pipelined `EVALSHA` later).
     pub(super) async fn connect(&mut self) -> Result<(), LogError> {
         if self.conn.is_some() {
             return Ok(());
@@ -124,7 +128,6 @@ impl TailReader {
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(block_of(config) + config.op_timeout));
         let client = &self.log.client;
-        let head = &self.log.scripts.head;
         let read = &self.log.scripts.read;
         let open = async {
             let mut conn = client
@@ -153,7 +156,6 @@ impl TailReader {
                 Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
                 _ => {}
             }
-            head.prepare_invoke().load_async(&mut conn).await?;
             read.prepare_invoke().load_async(&mut conn).await?;
             Ok::<_, RedisError>((conn, id))
         };
@@ -202,8 +204,10 @@ impl TailReader {
         }
     }
 
-    /// Checks `due` threads: new follows get a full head check ([`check_resumable`] of their
-    /// cursor); the others an `HGET` of the epoch (a full check if it changed or vanished).
+    /// Checks `due` threads: new follows (and every follow after a reconnect: Redis may have
+    /// restarted empty or failed over) get a full check ([`check_resumable`] of their cursor,
+    /// its entry looked up); the others an `HGET` of the epoch (a full check if it changed or
+    /// vanished).
     pub(super) async fn check(&mut self, due: Vec<(ThreadId, Follow)>) -> Result<Flow, LogError> {
         let prefix = self.log.config.prefix.clone();
         let op_timeout = self.log.config.op_timeout;
@@ -236,14 +240,16 @@ impl TailReader {
         if full.is_empty() {
             return Ok(Flow::Continue);
         }
-        let heads = self.heads(full.iter().map(|(t, _)| t)).await?;
-        let Some(heads) = heads else {
+        let verdicts = self
+            .verdicts(full.iter().map(|(t, f)| (t, f.cursor)))
+            .await?;
+        let Some(verdicts) = verdicts else {
             return Ok(Flow::Stop);
         };
         let now = Instant::now();
-        for ((thread, follow), head) in full.into_iter().zip(heads) {
-            let head = match head {
-                Ok(head) => head,
+        for ((thread, follow), verdict) in full.into_iter().zip(verdicts) {
+            let (head, held) = match verdict {
+                Ok(verdict) => verdict,
                 Err(e) => {
                     self.broken(&thread, follow.version, &e);
                     continue;
@@ -253,7 +259,7 @@ impl TailReader {
                 epoch: follow.epoch,
                 pos: follow.cursor,
             };
-            let flow = match check_resumable(&head, at) {
+            let flow = match check_resumable(&head, at, held) {
                 Ok(()) => {
                     self.update(&thread, follow.version, |f| {
                         f.checked = Some(now);
@@ -273,24 +279,29 @@ impl TailReader {
         Ok(Flow::Continue)
     }
 
-    /// Pipelined head scripts (`EVALSHA`, loaded at connect) for `threads`, in order. An error
-    /// of one thread's own keys is that thread's `Err`; any other error fails the whole call.
-    async fn heads<'a>(
+    /// Pipelined read scripts without entries (`EVALSHA`, loaded at connect) for `threads` at
+    /// their cursors, in order: each thread's head and whether its stream holds the entry at
+    /// the cursor (the input of [`check_resumable`]; a cursor the log no longer holds inside
+    /// its range is a rolled-back tail). An error of one thread's own keys is that thread's
+    /// `Err`; any other error fails the whole call.
+    async fn verdicts<'a>(
         &mut self,
-        threads: impl Iterator<Item = &'a ThreadId>,
-    ) -> Result<Option<Vec<Result<LogHead, LogError>>>, LogError> {
-        let prefix = self.log.config.prefix.clone();
+        threads: impl Iterator<Item = (&'a ThreadId, StreamPos)>,
+    ) -> Result<Option<Vec<Result<(LogHead, bool), LogError>>>, LogError> {
+        let config = &self.log.config;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for thread in threads {
-            HeadArgs {
-                keys: &Keys::new(&prefix, thread),
+        for (thread, cursor) in threads {
+            ReadArgs {
+                keys: &Keys::new(&config.prefix, thread),
                 fresh_epoch: Epoch::random(),
-                idle_ttl_ms: self.log.config.retention.idle_ttl_ms(),
+                after: Some(cursor),
+                count: 0,
+                idle_ttl_ms: config.retention.idle_ttl_ms(),
             }
-            .evalsha(&mut pipe, &self.log.scripts.head);
+            .evalsha(&mut pipe, &self.log.scripts.read);
         }
-        let op_timeout = self.log.config.op_timeout;
+        let op_timeout = config.op_timeout;
         let Some(replies) = self.query(&pipe, op_timeout).await? else {
             return Ok(None);
         };
@@ -301,9 +312,7 @@ impl TailReader {
                     Ok(Err(LogError::Unavailable(format!("redis: {e}"))))
                 }
                 Value::ServerError(e) => Err(LogError::Unavailable(format!("redis: {e}"))),
-                other => Ok(array(other)
-                    .ok_or_else(|| malformed("head reply"))
-                    .and_then(parse_head)),
+                other => Ok(parse_read_reply(other).map(|page| (page.head, page.held))),
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
@@ -311,8 +320,9 @@ impl TailReader {
 
     /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <cursors…>` (`BLOCK` in blocking mode; the
     /// notified mode's periodic read returns at once), then, for the threads that got entries,
-    /// a pipelined head check: the entries are delivered only if the cursor was still
-    /// resumable (same epoch, nothing after it trimmed); otherwise a discontinuity.
+    /// a pipelined check of their cursors: the entries are delivered only if the cursor was
+    /// still resumable (same epoch, nothing after it trimmed, its entry still in the log);
+    /// otherwise a discontinuity.
     pub(super) async fn xread(
         &mut self,
         follows: Vec<(ThreadId, Follow)>,
@@ -382,14 +392,17 @@ impl TailReader {
         if block {
             self.last_busy_xread = Some(sent);
         }
-        let Some(heads) = self.heads(got.iter().map(|(i, _)| &follows[*i].0)).await? else {
+        let checked = got
+            .iter()
+            .map(|(i, _)| (&follows[*i].0, follows[*i].1.cursor));
+        let Some(verdicts) = self.verdicts(checked).await? else {
             return Ok(Flow::Stop);
         };
         let now = Instant::now();
-        for ((i, raw), head) in got.into_iter().zip(heads) {
+        for ((i, raw), verdict) in got.into_iter().zip(verdicts) {
             let (thread, follow) = &follows[i];
-            let head = match head {
-                Ok(head) => head,
+            let (head, held) = match verdict {
+                Ok(verdict) => verdict,
                 Err(e) => {
                     self.broken(thread, follow.version, &e);
                     continue;
@@ -399,7 +412,7 @@ impl TailReader {
                 epoch: follow.epoch,
                 pos: follow.cursor,
             };
-            let flow = match check_resumable(&head, at) {
+            let flow = match check_resumable(&head, at, held) {
                 Ok(()) => {
                     let cursor = raw.last().map(|r| r.pos).unwrap_or(follow.cursor);
                     let entries = decode_entries(thread, follow.epoch, raw);
