@@ -4,6 +4,7 @@
 //! sockets elsewhere (`fanout_smoke`, `resume`, `conn_front`).
 
 use agui_fanout::config::Config;
+use agui_fanout::gateway::Gateway;
 use agui_fanout::http::{self, AppState};
 use agui_fanout::hub::Hub;
 use agui_fanout::ingest::Ingest;
@@ -25,12 +26,14 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
     let log = agui_fanout::app::build_log(&config)
         .await
         .expect("a memory log");
+    let ingest = Ingest::new(
+        log.clone(),
+        config.strict_order,
+        config.retention.max_events,
+    );
     let state = AppState {
-        ingest: Ingest::new(
-            log.clone(),
-            config.strict_order,
-            config.retention.max_events,
-        ),
+        gateway: Gateway::new(&config, ingest.clone(), log.clone()).expect("a gateway"),
+        ingest,
         hub: Hub::start(
             log.clone(),
             QueueLimits {
@@ -271,11 +274,7 @@ async fn metrics_are_prometheus_text() {
 #[tokio::test]
 async fn unknown_routes_are_404_and_other_methods_405_in_json() {
     // `/v1/threads` and `/v1/threads/{id}` are the admin API's (tests/admin.rs).
-    for path in [
-        "/",
-        "/v1/threads/t1/nope",
-        "/v2/x",
-    ] {
+    for path in ["/", "/v1/threads/t1/nope", "/v2/x"] {
         let (status, resp) = send(app().await, get(path)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         error(&json_body(resp).await, "not_found");

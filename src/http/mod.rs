@@ -1,5 +1,5 @@
-//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, the admin API
-//! (§12), health and metrics over a shared [`AppState`]; errors are JSON
+//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, the run gateway
+//! (§11), the admin API (§12), health and metrics over a shared [`AppState`]; errors are JSON
 //! `{"error":{"code","message","index"?,"field"?}}`.
 //!
 //! Data path position: the edge. Publish enters the path here (→ `event` → `ingest` →
@@ -7,6 +7,7 @@
 //! bytes `sse` encodes).
 
 pub mod admin;
+mod agents;
 pub mod auth;
 mod body;
 pub mod conn;
@@ -24,6 +25,7 @@ pub use error::ApiError;
 
 use crate::config::Config;
 use crate::event::ThreadId;
+use crate::gateway::Gateway;
 use crate::hub::Hub;
 use crate::ingest::Ingest;
 use crate::log::EventLog;
@@ -31,7 +33,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +50,8 @@ pub struct AppState {
     pub ingest: Ingest,
     /// The fan-out hub (subscribe registers here).
     pub hub: Hub,
+    /// The run gateway (`POST /v1/agents/{name}`, run cancel; PROTOCOL §11).
+    pub gateway: Gateway,
     /// Prometheus exporter handle rendered by `/metrics`.
     pub metrics: PrometheusHandle,
     /// Set when the node starts draining: `/readyz` fails, a subscribe is told to reconnect
@@ -153,6 +157,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/threads/{thread_id}", get(admin::thread))
         .route("/v1/connections", get(admin::connections))
         .route("/v1/connections/{id}", delete(admin::close))
+        .route("/v1/agents/{name}", post(agents::run))
+        .route(
+            "/v1/threads/{thread_id}/runs/{run_id}/cancel",
+            post(agents::cancel),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
