@@ -1,6 +1,6 @@
 //! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, the run gateway
-//! (§11), the admin API (§12), health and metrics over a shared [`AppState`]; errors are JSON
-//! `{"error":{"code","message","index"?,"field"?}}`.
+//! (§11), the admin API and the console (§12), health and metrics over a shared
+//! [`AppState`]; errors are JSON `{"error":{"code","message","index"?,"field"?}}`.
 //!
 //! Data path position: the edge. Publish enters the path here (→ `event` → `ingest` →
 //! `log`); subscribe leaves it here (`hub` → `queue` → `stream`, whose writers write the
@@ -11,6 +11,7 @@ mod agents;
 pub mod auth;
 mod body;
 pub mod conn;
+mod console;
 pub mod cors;
 mod error;
 mod head;
@@ -147,7 +148,13 @@ impl AppState {
 
 /// The broker's router. Tests can drive it with `tower::ServiceExt::oneshot` without a socket.
 pub fn router(state: AppState) -> Router {
-    let router = Router::new()
+    let router = Router::new();
+    let router = if state.config.console_enabled() {
+        console::routes(router)
+    } else {
+        router
+    };
+    let router = router
         .route(
             "/v1/threads/{thread_id}/events",
             get(subscribe::subscribe).post(publish::publish),
