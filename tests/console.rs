@@ -10,7 +10,7 @@
 //!   behind the gateway: `tests/node/console-browser.mjs` (loads, lists threads, a turn from the
 //!   page streams into both views, a reload mid-run rejoins, an interrupt answered and a run
 //!   cancelled from the page, a broker node killed and restarted mid-run loses nothing, the
-//!   admin token asked for with authentication on). `CONSOLE_SCREENSHOT=docs/console.png`
+//!   admin token asked for with authentication on, a coalesced delta marked). `CONSOLE_SCREENSHOT=docs/console.png`
 //!   saves the screenshot the README shows, taken mid-run.
 
 mod common;

@@ -14,7 +14,9 @@
 //   5. killing (SIGKILL) and restarting the page's broker node mid-run, while the run goes on
 //      through another node, loses nothing in the page: the operator view resumes exactly (every
 //      event once, no new prelude) and the customer view ends equal to the snapshot, never reset;
-//   6. with authentication on, the console asks for an admin token and works once given one.
+//   6. with authentication on, the console asks for an admin token and works once given one;
+//   7. a delta the broker coalesced (a backlog in a small queue) is marked with how many events
+//      it stands for, and the customer view holds the whole text.
 //
 // Usage: node tests/node/console-browser.mjs '<JSON>' with {"bin": path of agui-fanout,
 // "redisUrl", "agentUrl": the demo agent, "screenshot"?: where to save a screenshot mid-run}.
@@ -375,7 +377,11 @@ try {
   log("5. kill and restart mid-run:", JSON.stringify(summary.kill));
 
   // 6. With authentication on: the console asks for the admin token.
-  const c = await startBroker(await freePort(), { AGUI_AUTH__HS256_SECRET: SECRET });
+  // (A small queue, for 7: a batch of 100 deltas is a backlog there, and is coalesced.)
+  const c = await startBroker(await freePort(), {
+    AGUI_AUTH__HS256_SECRET: SECRET,
+    AGUI_QUEUE__MAX_EVENTS: "64",
+  });
   const admin = await new Promise((resolve, reject) => {
     const p = spawn(bin, ["token", "--admin", "--ttl", "10m", "--secret", SECRET], { stdio: ["ignore", "pipe", "inherit"] });
     let out = "";
@@ -400,6 +406,33 @@ try {
     (await page2.$$eval("#threads tbody tr", (trs) => trs.map((t) => t.dataset.thread))).includes(authed),
   );
   log("6. auth: ok");
+
+  // 7. A coalesced delta is marked with the events it stands for (memory ids are consecutive).
+  const merged = `cb-${tag}-merged`;
+  const publish = (events) =>
+    fetch(`${c.base}/v1/threads/${merged}/events`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${admin}` },
+      body: JSON.stringify(events),
+    }).then((r) => assert.equal(r.status, 200));
+  await publish([
+    { type: "RUN_STARTED", threadId: merged, runId: "r1" },
+    { type: "TEXT_MESSAGE_START", messageId: "m1", role: "assistant" },
+  ]);
+  await openThread(page2, c.base, merged);
+  await until("the operator view of the merged thread", async () => (await opRows(page2)).length >= 2);
+  const words = Array.from({ length: 100 }, (_, i) => ({ type: "TEXT_MESSAGE_CONTENT", messageId: "m1", delta: `w${i} ` }));
+  await publish(words);
+  const marked = await until("a coalesced row", async () =>
+    page2.$eval("#op-rows .row[data-mark=coalesced]", (r) => r.textContent).catch(() => false),
+  );
+  assert.match(marked, /coalesced 100 events/);
+  const text = await until("the customer's text", async () => {
+    const m = (await customer(page2)).messages.find((x) => x.id === "m1");
+    return m?.content?.length === words.map((w) => w.delta).join("").length ? m.content : false;
+  });
+  assert.equal(text, words.map((w) => w.delta).join(""));
+  log("7. coalesced delta marked: ok");
 
   const foreign = requests.filter((u) => !u.startsWith(a.base) && !u.startsWith(b.base) && !u.startsWith(c.base));
   assert.deepEqual(foreign, [], "the page fetches from the broker only");
