@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 
 /// `limit` of a thread page when none is given.
 const DEFAULT_THREADS: usize = 100;
-/// `limit` of the connection list when none is given, and its largest value.
+/// `limit` of the connection list when none is given.
 const DEFAULT_CONNECTIONS: usize = 1000;
+/// The connection list's largest `limit`: one answer stays a few MB at most.
 const MAX_CONNECTIONS: usize = 10_000;
 
 /// The query of `GET /v1/threads` (strings, so that a bad value gets an error naming it).
@@ -142,6 +143,7 @@ pub(super) async fn thread(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let Path(raw) = path?;
+    // The token (and a query that parses); this route takes no parameter of its own.
     let _: ThreadsQuery = admin(&state, &headers, query.as_deref())?;
     let thread = parse_thread(&raw)?;
     let summary = state.log.summary(&thread).await?;
@@ -219,19 +221,23 @@ pub(super) async fn connections(
 /// (not open on this node).
 pub(super) async fn close(
     State(state): State<AppState>,
-    Path(raw): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
+    // The token (and a query that parses); this route takes no parameter of its own.
     let _: ConnectionsQuery = admin(&state, &headers, query.as_deref())?;
-    let id: u64 = raw.parse().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_connection_id",
-            "a connection id is a whole number, as GET /v1/connections lists it",
-        )
-        .field(Some("id".into()))
-    })?;
+    let id: u64 = path
+        .ok()
+        .and_then(|Path(raw)| raw.parse().ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_connection_id",
+                "a connection id is a whole number, as GET /v1/connections lists it",
+            )
+            .field(Some("id".into()))
+        })?;
     match state.connections.close(id) {
         Some(conn) => Ok(Json(json!({ "closed": conn }))),
         None => Err(ApiError::new(
