@@ -144,6 +144,14 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         cors,
         bodies,
     };
+    // Every family on /metrics from start, and `agui_backend_up` from a first ping rather than
+    // from the first operation (an alert on it must not wait for traffic).
+    crate::metrics::export_zero_series(
+        crate::event::EventType::ALL.iter().map(|t| t.as_str()),
+        !state.config.redis_url.is_empty(),
+    );
+    let up = state.log.ping().await.is_ok();
+    metrics::gauge!(crate::metrics::BACKEND_UP).set(if up { 1.0 } else { 0.0 });
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());
     let drain = state.config.shutdown.drain;
