@@ -5,6 +5,8 @@
 //! Environment names: top-level keys as `AGUI_<KEY>` (`AGUI_LISTEN`, `AGUI_REDIS_URL`), nested
 //! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
 
+pub mod agents;
+
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -28,6 +30,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "retention",
     "runs",
     "shutdown",
+    "agents",
 ];
 
 /// Environment variables (after `AGUI_`) taken verbatim as strings, not parsed as values the
@@ -83,6 +86,9 @@ pub struct Config {
     pub runs: RunsConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// The run gateway's upstream agents, by name (`[agents.<name>]`, PROTOCOL §11); none by
+    /// default.
+    pub agents: std::collections::BTreeMap<String, agents::AgentConfig>,
 }
 
 /// JWT bearer tokens (PROTOCOL §8; see `http::auth`). Authentication is on when
@@ -265,6 +271,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             runs: RunsConfig::default(),
             shutdown: ShutdownConfig::default(),
+            agents: Default::default(),
         }
     }
 }
@@ -604,6 +611,7 @@ impl Config {
                 "cors.allow_origins: {o:?} is not an origin (scheme://host[:port], no path)"
             )));
         }
+        agents::validate(&self.agents).map_err(ConfigError::Invalid)?;
         if !self.listen.ip().is_loopback() && !self.auth.enabled() && !self.insecure {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on {} without authentication (PROTOCOL §8): set \

@@ -61,6 +61,25 @@ pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
 /// (`appended`, `not_appended`, `unknown`; PROTOCOL §2 "Unknown outcomes").
 pub const APPEND_OUTCOMES: &str = "agui_append_outcomes_settled_total";
 
+/// Counter: gateway runs whose `RUN_STARTED` was appended (PROTOCOL §11).
+pub const RUNS_STARTED: &str = "agui_runs_started_total";
+/// Counter: gateway runs ended, by `outcome` (finished, interrupted, error, failed, cancelled,
+/// shutdown, abandoned; PROTOCOL §11).
+pub const RUNS_ENDED: &str = "agui_runs_ended_total";
+/// Counter: gateway runs ended by an upstream failure, by `cause` (the `RUN_ERROR` code:
+/// upstream_unavailable, upstream_status, upstream_disconnected, upstream_timeout,
+/// upstream_invalid).
+pub const UPSTREAM_ERRORS: &str = "agui_upstream_errors_total";
+/// Histogram: seconds from a gateway run's request to its end (its terminal event appended).
+pub const RUN_DURATION: &str = "agui_run_duration_seconds";
+/// Gauge: gateway runs active on this node.
+pub const RUNS_ACTIVE: &str = "agui_runs_active";
+
+/// Buckets of [`RUN_DURATION`], seconds: agent runs last from a second to many minutes.
+const RUN_DURATION_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
 /// Gauge: always 1, labelled with the broker's `version` (Cargo package version), so a
 /// dashboard or an alert can tell which build each pod runs (mixed during a rollout).
 pub const BUILD_INFO: &str = "agui_build_info";
@@ -143,6 +162,9 @@ pub fn install() -> PrometheusHandle {
                     Matcher::Full(APPEND_TO_READ.into()),
                     APPEND_TO_READ_BUCKETS,
                 )
+                .expect("bucket list is non-empty (a constant)")
+                // Likewise for the gateway's run durations.
+                .set_buckets_for_metric(Matcher::Full(RUN_DURATION.into()), RUN_DURATION_BUCKETS)
                 .expect("bucket list is non-empty (a constant)");
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -205,6 +227,7 @@ pub fn export_zero_series(event_types: impl IntoIterator<Item = &'static str>, r
     gauge!(QUEUE_DEPTH).increment(0.0);
     gauge!(RESETS_PENDING).increment(0.0);
     let _ = histogram!(APPEND_TO_READ);
+    let _ = histogram!(RUN_DURATION);
 }
 
 /// Reads the process's CPU time, resident and virtual memory, open file descriptors and their
@@ -305,6 +328,18 @@ fn describe() {
         "Log entries that failed validation and were skipped."
     );
     describe_gauge!(BACKEND_UP, "1 while the log backend answers, else 0.");
+    describe_counter!(RUNS_STARTED, "Gateway runs whose RUN_STARTED was appended.");
+    describe_counter!(RUNS_ENDED, "Gateway runs ended, by outcome.");
+    describe_counter!(
+        UPSTREAM_ERRORS,
+        "Gateway runs ended by an upstream failure, by cause."
+    );
+    describe_histogram!(
+        RUN_DURATION,
+        Unit::Seconds,
+        "From a gateway run's request to its terminal event."
+    );
+    describe_gauge!(RUNS_ACTIVE, "Gateway runs active on this node.");
     describe_counter!(
         RUNS_ORPHANED,
         "Runs closed with RUN_ERROR (orphaned) after runs.orphan_timeout without an event."

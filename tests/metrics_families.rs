@@ -110,6 +110,7 @@ async fn metrics_at_start_list_every_family_deploy_uses() {
         "process_open_fds",
         "process_max_fds",
         "agui_append_to_read_seconds",
+        "agui_runs_ended_total",
     ] {
         assert!(used.contains(f), "{f} is not used in deploy/ any more");
     }

@@ -12,3 +12,4 @@ pub mod logs;
 pub mod redis_server;
 pub mod sse;
 pub mod sse_client;
+pub mod upstream;
