@@ -149,6 +149,14 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         bodies,
         connections: http::admin::connections::Connections::new(),
     };
+    // Every family on /metrics from start, and `agui_backend_up` from a first ping rather than
+    // from the first operation (an alert on it must not wait for traffic).
+    crate::metrics::export_zero_series(
+        crate::event::EventType::ALL.iter().map(|t| t.as_str()),
+        !state.config.redis_url.is_empty(),
+    );
+    let up = state.log.ping().await.is_ok();
+    metrics::gauge!(crate::metrics::BACKEND_UP).set(if up { 1.0 } else { 0.0 });
     // Zero series for the gateway's bounded labels (after the recorder is installed).
     crate::gateway::describe_metrics();
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));

@@ -176,6 +176,12 @@ pub struct SseConfig {
     /// written by the connection front and to every connection served by hyper (whose write
     /// timeout would otherwise cut a slow but steady reader of a 4 MiB buffer).
     pub send_buffer: usize,
+    /// Rebalancing: a stream older than this ends with a short `retry:` (humantime, e.g.
+    /// `"30m"`), each stream at a moment drawn from ¾× to 1× of it, so that after a scale-out
+    /// clients spread onto the new nodes; they resume exactly with `Last-Event-ID` (PROTOCOL
+    /// §9). Unset or `"0s"`: streams last as long as their clients stay.
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub max_stream_age: Option<Duration>,
 }
 
 /// Per-connection queue bounds (PROTOCOL §5). A subscriber whose queue would exceed either bound
@@ -314,6 +320,7 @@ impl Default for SseConfig {
             heartbeat: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             send_buffer: 256 << 10,
+            max_stream_age: None,
         }
     }
 }

@@ -465,11 +465,11 @@ impl RunTask {
                 "the agent's STATE_DELTA does not apply to the thread's state (operation {}): {}",
                 error.op_index, error.message
             ),
-            Rejection::Ambiguous { error, .. } => format!(
-                "the agent's STATE_DELTA has a path JSON Patch clients disagree on (operation {}: \
-                 `{}` {:?} {})",
-                error.op_index, error.member, error.pointer, error.reason
-            ),
+            Rejection::Ambiguous { error, .. } => {
+                format!(
+                    "the agent's STATE_DELTA has a path JSON Patch clients disagree on: {error}"
+                )
+            }
         };
         Stop::Fail(Failure::new(Cause::Invalid, message))
     }

@@ -45,13 +45,10 @@ pub(super) async fn run(
     if state.draining.load(Ordering::Relaxed) {
         return Err(draining());
     }
-    // The body holds its share of the node's body budget only while the input is parsed.
-    let input = {
-        let held =
-            super::body::read_whole(body, &headers, &state.config.limits, &state.bodies).await?;
-        RunInput::parse(&held.bytes)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.code, e.message).field(e.field))?
-    };
+    // Held (with its share of the node's body budget) until the input is parsed.
+    let held = super::body::read_whole(body, &headers, &state.config.limits, &state.bodies).await?;
+    let input = RunInput::parse(&held.bytes)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.code, e.message).field(e.field))?;
     let token = query_token(query.as_deref());
     state.authorize_headers(&headers, token.as_deref(), &input.thread, Action::Publish)?;
     let mut stream = state
