@@ -96,6 +96,10 @@ class FollowSession {
   restart = false;
   /** The broker's last `agui-fanout:` comment. */
   comment: string | undefined;
+  /** The id of the last batch emitted into a pipeline. */
+  emittedId: string | undefined;
+  /** Settles when the `connectAgent()` call that owns this follow has returned. */
+  done: Promise<unknown> = Promise.resolve();
   private waiters: { id: string; resolve: () => void }[] = [];
 
   constructor(readonly follower: ThreadFollower) {}
@@ -107,15 +111,16 @@ class FollowSession {
   }
 
   private passed(id: string): boolean {
-    const last = this.follower.lastId;
+    const last = this.emittedId;
     if (last === undefined) return false;
     const c = compareIds(last, id);
     // Another epoch (the log was recreated, PROTOCOL §4.3): the id will never come.
     return c === undefined ? !last.endsWith("-bridge") : c >= 0;
   }
 
-  /** Called after a batch was emitted into the pipeline. */
-  delivered(): void {
+  /** Called after the batch `id` was emitted into the pipeline. */
+  delivered(id: string): void {
+    this.emittedId = id;
     if (this.waiters.length === 0) return;
     const ready = this.waiters.filter((w) => this.passed(w.id));
     this.waiters = this.waiters.filter((w) => !ready.includes(w));
@@ -163,6 +168,8 @@ export class FanoutAgent extends HttpAgent {
   private fanout!: {
     lastEventId?: string;
     boundaryId?: string;
+    /** The thread the ids above belong to (a clone may be moved to another thread). */
+    idsThread: string;
     runOpen: boolean;
     runId?: string;
     runCalls: number;
@@ -199,6 +206,7 @@ export class FanoutAgent extends HttpAgent {
       lastEventId: o.lastEventId,
       // An id given by the app is taken for a run boundary: a prelude answers it otherwise.
       boundaryId: o.lastEventId,
+      idsThread: this.threadId,
       runOpen: false,
       runCalls: 0,
       pipelineRunning: false,
@@ -275,6 +283,7 @@ export class FanoutAgent extends HttpAgent {
   /** Records the id of a batch the pipeline got whole. */
   private noteId(id: string): void {
     this.fanout.lastEventId = id;
+    this.fanout.idsThread = this.threadId;
     // A new pipeline can start exactly after an id only between runs: its verifier wants a
     // RUN_STARTED (or RUN_ERROR) first (AGUI.md §5).
     this.fanout.boundaryId = this.fanout.runOpen ? undefined : id;
@@ -318,7 +327,9 @@ export class FanoutAgent extends HttpAgent {
           if (item.kind !== "frame") continue;
           const event = JSON.parse(item.frame.data) as BaseEvent;
           if (item.frame.id !== undefined) lastId = item.frame.id;
-          if (follow && !follow.follower.closed) {
+          if (follow) {
+            // Decided once: a run's events go to one pipeline only. Should the follow end
+            // meanwhile, the rest of the answer is read and dropped (the log has it).
             if (event.type === "RUN_FINISHED") {
               this.fanout.followRunResult = (event as { result?: unknown }).result;
             }
@@ -363,7 +374,8 @@ export class FanoutAgent extends HttpAgent {
   }
 
   /**
-   * Follows the thread until `abortRun()` or `detachActiveRun()` (then resolves), through the
+   * Follows the thread until `abortRun()` or `detachActiveRun()` (then resolves; a second call
+   * ends the first follow and takes over), through the
    * pipeline of `AbstractAgent.connectAgent`, once per segment: a prelude that arrives after
    * events were applied ends the segment, and the next one starts from empty messages and state
    * with that prelude. Rejects on an error no reconnect can fix (a 4xx from the broker, an
@@ -373,7 +385,6 @@ export class FanoutAgent extends HttpAgent {
     parameters?: RunAgentParameters,
     subscriber?: AgentSubscriber,
   ): Promise<RunAgentResult> {
-    if (this.fanout.follow) throw new AGUIError("FanoutAgent: this agent already follows its thread");
     const follower = new ThreadFollower(
       {
         url: this.brokerUrl,
@@ -389,11 +400,20 @@ export class FanoutAgent extends HttpAgent {
           if (text.startsWith("agui-fanout:")) session.comment = text;
         },
       },
-      // Exactly after the last id only at a run boundary; else a prelude at the head.
-      this.fanout.boundaryId,
+      // Exactly after the last id only at a run boundary of this thread; else a prelude.
+      this.fanout.idsThread === this.threadId ? this.fanout.boundaryId : undefined,
     );
     const session = new FollowSession(follower);
+    const previous = this.fanout.follow;
     this.fanout.follow = session;
+    let finished: () => void = () => {};
+    session.done = new Promise<void>((resolve) => (finished = resolve));
+    if (previous) {
+      // The latest call wins (a component mounted twice): the earlier follow ends before this
+      // one's pipeline starts (it restarts no segment once closed).
+      previous.close();
+      await previous.done;
+    }
     const before = new Set(this.messages.map((m) => m.id));
     let result: unknown;
     try {
@@ -414,6 +434,7 @@ export class FanoutAgent extends HttpAgent {
     } finally {
       session.close();
       if (this.fanout.follow === session) this.fanout.follow = undefined;
+      finished();
     }
     const newMessages = structuredClone(this.messages).filter((m) => !before.has(m.id));
     return { result, newMessages };
@@ -452,7 +473,7 @@ export class FanoutAgent extends HttpAgent {
           }
           this.noteId(batch.id);
           emitted = true;
-          session.delivered();
+          session.delivered(batch.id);
         }
         subscriber.complete();
       })().catch((error: unknown) => subscriber.error(error));
@@ -511,6 +532,7 @@ export class FanoutAgent extends HttpAgent {
       refreshMarginMs: this.fanout.refreshMarginMs,
     });
     cloned.fanout.boundaryId = this.fanout.boundaryId;
+    cloned.fanout.idsThread = this.fanout.idsThread;
     cloned.fanout.runOpen = this.fanout.runOpen;
     cloned.fanout.runId = this.fanout.runId;
     return cloned;
