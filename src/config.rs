@@ -16,6 +16,9 @@ use std::time::Duration;
 const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",
     "redis_url",
+    "redis_tls_ca",
+    "redis_tls_cert",
+    "redis_tls_key",
     "redis_block",
     "redis_outcome_timeout",
     "strict_order",
@@ -46,8 +49,17 @@ pub struct Config {
     /// Address the HTTP server binds (default `127.0.0.1:8080`).
     #[serde(deserialize_with = "address")]
     pub listen: SocketAddr,
-    /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
+    /// Redis URL (`redis://host:port/db`, or `rediss://…` for TLS). Empty: the embedded
+    /// `memory` log backend.
     pub redis_url: String,
+    /// PEM file of the certificate authorities a `rediss://` server's certificate must chain
+    /// to; empty: the system's trust store. Only with `rediss://`.
+    pub redis_tls_ca: String,
+    /// PEM file of the client certificate (chain) shown to a `rediss://` server that asks for
+    /// one (mutual TLS, `tls-auth-clients`); empty: none. Set together with `redis_tls_key`.
+    pub redis_tls_cert: String,
+    /// PEM file of the private key of `redis_tls_cert`; empty: none.
+    pub redis_tls_key: String,
     /// Period of the Redis tail's checks (humantime, e.g. `"1s"`): its read of every followed
     /// stream (how late an entry `XADD`ed directly to a stream, without the broker's append
     /// note, may be seen), the epoch checks of quiet threads, and its `XREAD BLOCK` without
@@ -247,6 +259,9 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redis_url: String::new(),
+            redis_tls_ca: String::new(),
+            redis_tls_cert: String::new(),
+            redis_tls_key: String::new(),
             redis_block: Duration::from_secs(1),
             redis_outcome_timeout: Duration::from_secs(5),
             strict_order: true,
@@ -469,6 +484,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// `--redis-url URL`.
     pub redis_url: Option<String>,
+    /// `--redis-tls-ca FILE`.
+    pub redis_tls_ca: Option<String>,
     /// `--insecure`.
     pub insecure: bool,
 }
@@ -510,6 +527,9 @@ impl Config {
         }
         if let Some(url) = &overrides.redis_url {
             fig = fig.merge(("redis_url", url));
+        }
+        if let Some(ca) = &overrides.redis_tls_ca {
+            fig = fig.merge(("redis_tls_ca", ca));
         }
         if overrides.insecure {
             fig = fig.merge(("insecure", true));
@@ -568,6 +588,21 @@ impl Config {
             && !self.redis_url.starts_with("rediss://")
         {
             return bad("redis_url must start with redis:// or rediss://");
+        }
+        let tls_files = [
+            ("redis_tls_ca", &self.redis_tls_ca),
+            ("redis_tls_cert", &self.redis_tls_cert),
+            ("redis_tls_key", &self.redis_tls_key),
+        ];
+        if let Some((key, _)) = tls_files.iter().find(|(_, v)| !v.is_empty())
+            && !self.redis_url.starts_with("rediss://")
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{key} is set but redis_url does not start with rediss:// (TLS)"
+            )));
+        }
+        if self.redis_tls_cert.is_empty() != self.redis_tls_key.is_empty() {
+            return bad("redis_tls_cert and redis_tls_key must be set together (mutual TLS)");
         }
         if self.auth.enabled() && self.auth.cookie.is_empty() {
             return bad("auth.cookie must not be empty");
@@ -678,6 +713,7 @@ mod tests {
             let o = Overrides {
                 listen: Some("127.0.0.1:2".parse().unwrap()),
                 redis_url: Some(String::new()),
+                redis_tls_ca: None,
                 insecure: false,
             };
             let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();

@@ -10,5 +10,6 @@ pub mod fixtures;
 pub mod frames;
 pub mod logs;
 pub mod redis_server;
+pub mod redis_tls;
 pub mod sse;
 pub mod sse_client;

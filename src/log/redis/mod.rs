@@ -96,6 +96,7 @@
 //! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes;
 //! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`).
 
+mod connect;
 mod notify;
 mod resp;
 mod runs;
@@ -111,6 +112,7 @@ use super::{
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
 use bytes::Bytes;
+pub use connect::RedisTls;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
 use resp::{
@@ -130,8 +132,11 @@ use tokio_util::sync::CancellationToken;
 /// Settings of a [`RedisLog`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisLogConfig {
-    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…`.
+    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…` (TLS).
     pub url: String,
+    /// TLS files of a `rediss://` URL (CA, client certificate); default: the system's trust
+    /// store, no client certificate.
+    pub tls: RedisTls,
     /// First part of every key (`<prefix>:{<threadId>}:log`); must not contain `{` or `}`.
     pub prefix: String,
     /// How much each thread keeps and for how long (`XADD … MAXLEN ~`, checkpoints with
@@ -158,6 +163,7 @@ impl RedisLogConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisLogConfig {
             url: url.into(),
+            tls: RedisTls::default(),
             prefix: "agui".into(),
             retention: Retention::default(),
             block: Duration::from_secs(1),
@@ -219,7 +225,9 @@ impl RedisLog {
     ///
     /// # Errors
     /// [`LogError::Unavailable`] only for a configuration that can never work: a malformed
-    /// URL, or a prefix containing `{` or `}` (it would break the hash tag).
+    /// URL, a prefix containing `{` or `}` (it would break the hash tag), TLS files that
+    /// cannot be read, or a TLS handshake that fails (e.g. a server certificate the CA does
+    /// not sign: no retry would fix it).
     pub async fn connect(config: RedisLogConfig) -> Result<RedisLog, LogError> {
         if config.prefix.contains(['{', '}']) {
             return Err(LogError::Unavailable(format!(
@@ -227,8 +235,8 @@ impl RedisLog {
                 config.prefix
             )));
         }
-        let client = Client::open(config.url.as_str())
-            .map_err(|e| LogError::Unavailable(format!("invalid redis URL: {e}")))?;
+        let client = connect::client(&config)?;
+        connect::check_tls(&client, &config).await?;
         // No hidden retries: a call during an outage fails fast (connection refused) or at
         // `op_timeout`; the connection manager reconnects on the next call.
         let manager_config = ConnectionManagerConfig::new()
