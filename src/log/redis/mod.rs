@@ -43,8 +43,10 @@
 //! `events`, `ord`) and `XTRIM <log> MINID <pos + 1>` (exact: `MINID` removes IDs strictly
 //! lower, hence the successor ID `<ms>-<seq + 1>`) removes every entry at or before it; the
 //! candidate is then stored as `next_*` at the batch's last entry ID. `XADD … MAXLEN ~` caps
-//! the stream at `max_events`, or at `4 * max_events` once the `ckpt` key exists (a safety
-//! net only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
+//! the stream at `max_events` (and, since `~` removes whole stream nodes only and a Redis
+//! configured with large nodes trims nothing, an exact `XTRIM … MAXLEN` once the stream holds
+//! more than twice that), or at `4 * max_events` once the `ckpt` key exists (a safety net
+//! only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
 //! than the server's `TIME` minus `max_age` is promoted (and trimmed to) at append time. With
 //! `idle_ttl`, every append `PEXPIRE`s the three keys; expired keys mean a new epoch.
 //! Trimming moves `entries-added` past `length`; when exactly the entries added before the

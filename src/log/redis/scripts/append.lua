@@ -95,6 +95,12 @@ for i = 16, #ARGV do
     ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   end
 end
+-- `MAXLEN ~` removes whole stream nodes only: a Redis whose nodes are large (the
+-- stream-node-max-entries / -bytes settings; 0 for both: one node) would trim nothing, and
+-- the stream would grow without bound. Past twice the cap, trim exactly to the cap.
+if cap ~= '0' and redis.call('XLEN', KEYS[1]) > 2 * tonumber(cap) then
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', cap)
+end
 if candidate then
   local older = pending_of(KEYS[3])
   local added = stream_info(KEYS[1], KEYS[3], true)[5]
