@@ -73,6 +73,7 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
     };
     redis.retention = retention;
     redis.block = config.redis_block;
+    redis.stall_after = config.redis_tail_stall;
     redis.outcome_timeout = config.redis_outcome_timeout;
     Ok(Arc::new(RedisLog::connect(redis).await?))
 }

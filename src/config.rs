@@ -20,6 +20,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "redis_tls_cert",
     "redis_tls_key",
     "redis_block",
+    "redis_tail_stall",
     "redis_outcome_timeout",
     "strict_order",
     "insecure",
@@ -66,6 +67,13 @@ pub struct Config {
     /// notes. At least 1 ms.
     #[serde(with = "duration")]
     pub redis_block: Duration,
+    /// How long the Redis tail may go without reading back the node's own probe (written
+    /// every second through the append path) before it counts as stalled: it then drops and
+    /// reopens its connections, continuing from each thread's cursor, and `/readyz` answers
+    /// 503 until a probe comes back (humantime, e.g. `"5s"`). Raised to at least three times
+    /// `redis_block`.
+    #[serde(with = "duration")]
+    pub redis_tail_stall: Duration,
     /// How long a publish whose append reply Redis did not give in time (past the 2 s
     /// operation timeout, or a connection lost after sending) may spend finding out, on
     /// another connection, whether the append ran, before it answers 503
@@ -263,6 +271,7 @@ impl Default for Config {
             redis_tls_cert: String::new(),
             redis_tls_key: String::new(),
             redis_block: Duration::from_secs(1),
+            redis_tail_stall: Duration::from_secs(5),
             redis_outcome_timeout: Duration::from_secs(5),
             strict_order: true,
             insecure: false,
@@ -582,6 +591,9 @@ impl Config {
         }
         if self.redis_block < Duration::from_millis(1) {
             return bad("redis_block must be at least 1ms");
+        }
+        if self.redis_tail_stall < Duration::from_millis(100) {
+            return bad("redis_tail_stall must be at least 100ms");
         }
         if !self.redis_url.is_empty()
             && !self.redis_url.starts_with("redis://")

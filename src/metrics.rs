@@ -53,6 +53,18 @@ pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
 /// Counter: appends whose reply was lost and that were settled afterwards, by `outcome`
 /// (`appended`, `not_appended`, `unknown`; PROTOCOL §2 "Unknown outcomes").
 pub const APPEND_OUTCOMES: &str = "agui_append_outcomes_settled_total";
+/// Gauge: seconds since the newest probe the Redis tail read back was written (the node
+/// writes one about every second through its append path; grows while the tail is stalled).
+pub const TAIL_PROBE_AGE: &str = "agui_redis_tail_probe_age_seconds";
+/// Gauge: seconds from writing the newest probe the Redis tail read back to reading it (the
+/// tail's lag behind the log).
+pub const TAIL_LAG: &str = "agui_redis_tail_lag_seconds";
+/// Gauge: 1 while the Redis tail is stalled (a probe not read back within
+/// `redis_tail_stall`; `/readyz` answers 503), else 0.
+pub const TAIL_STALLED: &str = "agui_redis_tail_stalled";
+/// Counter: stalls the Redis tail detected and reconnected from, by `path` (`read`: the
+/// reader's connection; `notes`: the subscription to the append notes).
+pub const TAIL_STALLS: &str = "agui_redis_tail_stalls_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -169,5 +181,20 @@ fn describe() {
     describe_counter!(
         APPEND_OUTCOMES,
         "Appends whose reply was lost, by what settling them found."
+    );
+    describe_gauge!(
+        TAIL_PROBE_AGE,
+        Unit::Seconds,
+        "Age of the newest probe the Redis tail read back (grows while it is stalled)."
+    );
+    describe_gauge!(
+        TAIL_LAG,
+        Unit::Seconds,
+        "From writing the newest probe the Redis tail read back to reading it."
+    );
+    describe_gauge!(TAIL_STALLED, "1 while the Redis tail is stalled, else 0.");
+    describe_counter!(
+        TAIL_STALLS,
+        "Stalls the Redis tail detected and reconnected from, by path (read, notes)."
     );
 }

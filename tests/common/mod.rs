@@ -13,3 +13,4 @@ pub mod redis_server;
 pub mod redis_tls;
 pub mod sse;
 pub mod sse_client;
+pub mod tcp_proxy;

@@ -86,6 +86,9 @@
 //! `XREAD COUNT n BLOCK ms STREAMS …` over every followed stream, woken early with `CLIENT
 //! UNBLOCK <id> TIMEOUT` when a thread is followed, until it is subscribed again; right after
 //! subscribing it reads every followed stream once. The cursor and the stream stay the truth.
+//! A probe written through the append connection about every second must come back through
+//! both the reader and the subscription; a way it does not come back within `stall_after`
+//! reconnects, and [`EventLog::ping`] fails meanwhile (`tail/probe.rs`).
 //!
 //! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
 //! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
@@ -149,6 +152,10 @@ pub struct RedisLogConfig {
     pub block: Duration,
     /// Largest number of entries the tail reads per thread per `XREAD` (`COUNT`).
     pub read_count: usize,
+    /// How long the tail may go without reading back the node's own probe before it counts
+    /// as stalled (it reconnects; [`EventLog::ping`] fails meanwhile). Raised to three times
+    /// `block`. See `tail/probe.rs`.
+    pub stall_after: Duration,
     /// Deadline of every append, read, head and ping (connecting included): past it the call
     /// returns [`LogError::Unavailable`] instead of waiting for Redis (an append is settled
     /// first: `outcome_timeout`).
@@ -161,7 +168,8 @@ pub struct RedisLogConfig {
 
 impl RedisLogConfig {
     /// The default settings for `url`: prefix `agui`, default retention, 1 s block, 512 entries
-    /// per read, 2 s operation timeout, 5 s to settle an append's lost reply.
+    /// per read, a stall after 5 s, 2 s operation timeout, 5 s to settle an append's lost
+    /// reply.
     pub fn new(url: impl Into<String>) -> Self {
         RedisLogConfig {
             url: url.into(),
@@ -170,6 +178,7 @@ impl RedisLogConfig {
             retention: Retention::default(),
             block: Duration::from_secs(1),
             read_count: 512,
+            stall_after: Duration::from_secs(5),
             op_timeout: Duration::from_secs(2),
             outcome_timeout: Duration::from_secs(5),
         }
@@ -216,6 +225,8 @@ struct Inner {
     /// The connection appends are settled on (never the shared one, whose reply was lost),
     /// opened on the first need and replaced after any error.
     settler: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// The tail's liveness probe (written and read only while the tail runs).
+    probe: Arc<tail::Probe>,
 }
 
 impl RedisLog {
@@ -247,8 +258,14 @@ impl RedisLog {
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
             .map_err(unavailable)?;
+        let probe = Arc::new(tail::Probe::new(
+            &config.prefix,
+            config.stall_after,
+            config.block.max(Duration::from_millis(1)),
+        ));
         let log = RedisLog {
             inner: Arc::new(Inner {
+                probe,
                 client,
                 conn,
                 channel: notify::channel(&config.prefix),
@@ -660,8 +677,11 @@ impl EventLog for RedisLog {
         .await
     }
 
-    /// `PING`.
+    /// `PING`; fails while the tail is stalled (its probe not read back, `tail/probe.rs`).
     async fn ping(&self) -> Result<(), LogError> {
+        if let Some(why) = self.inner.probe.stalled() {
+            return Err(LogError::Unavailable(why));
+        }
         self.timed("ping", async {
             retry_dropped(|| {
                 let mut conn = self.inner.conn.clone();

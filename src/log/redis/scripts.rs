@@ -20,6 +20,8 @@ pub(super) struct Scripts {
     pub checkpoint: Script,
     /// `outcome.lua`, called with [`OutcomeArgs`].
     pub outcome: Script,
+    /// `probe.lua`, called with [`ProbeArgs`].
+    pub probe: Script,
 }
 
 /// Shebang of the write script (Redis 7): a write script is refused as a whole when Redis is
@@ -57,6 +59,7 @@ impl Scripts {
                 "#!lua flags=allow-oom\n",
                 include_str!("scripts/outcome.lua")
             )),
+            probe: Script::new(concat!("#!lua\n", include_str!("scripts/probe.lua"))),
         }
     }
 }
@@ -345,5 +348,30 @@ impl ScriptArgs for OutcomeArgs<'_> {
     fn write(&self, call: &mut impl ScriptCall) {
         call.push_key(self.outcome);
         call.push_arg(self.fence_ttl_ms);
+    }
+}
+
+/// The arguments of `probe.lua`: one probe of the tail (`tail/probe.rs`).
+pub(super) struct ProbeArgs<'a> {
+    /// KEYS 1: the node's probe stream.
+    pub key: &'a str,
+    /// ARGV 1: the append-note channel (empty: no note).
+    pub channel: &'a str,
+    /// ARGV 2: the node id.
+    pub node: &'a str,
+    /// ARGV 3: how long the probe stream outlives the node's last probe, in ms.
+    pub ttl_ms: u64,
+}
+
+impl ScriptArgs for ProbeArgs<'_> {
+    fn key_count(&self) -> usize {
+        1
+    }
+
+    fn write(&self, call: &mut impl ScriptCall) {
+        call.push_key(self.key);
+        call.push_arg(self.channel);
+        call.push_arg(self.node);
+        call.push_arg(self.ttl_ms);
     }
 }

@@ -4,7 +4,10 @@
 //! [`reads`]; the module docs of [`super`] ("Tail") say how notes, reads and the fallback
 //! combine.
 
+mod probe;
 mod reads;
+
+pub(super) use probe::{NOTE_PREFIX as PROBE_PREFIX, Probe};
 
 use super::notify::{self, Note, Notice};
 use super::{Inner, RedisLogConfig};
@@ -42,6 +45,8 @@ pub(super) fn start(
         keys_generation: 0,
         notices: Some(notice_rx),
         notified: false,
+        probe_key: log.probe.key.as_str().into(),
+        probe_cursor: StreamPos::new(0, 0),
         poll_at: None,
         scan_at: Instant::now(),
         scan_now: true,
@@ -67,10 +72,12 @@ pub(super) fn start(
         log.client.clone(),
         subscriber,
         notice_tx,
+        log.probe.clone(),
         shutdown.clone(),
         on_up,
         backoff,
     ));
+    tokio::spawn(probe::run(log.clone(), shutdown.clone()));
     tokio::spawn(run_waker(log.clone(), shared.clone(), shutdown));
     Arc::new(RedisTail { shared })
 }
@@ -193,6 +200,10 @@ struct TailReader {
     notices: Option<mpsc::Receiver<Notice>>,
     /// Subscribed to the append notes (notified mode).
     notified: bool,
+    /// The node's probe stream (`probe.rs`), named in every `XREAD`.
+    probe_key: Arc<str>,
+    /// The last probe entry read back.
+    probe_cursor: StreamPos,
     /// Notified mode: when the next non-blocking `XREAD` over every followed stream is due.
     poll_at: Option<Instant>,
     /// Notified mode: when follows are next scanned (epoch checks of quiet threads, broken
@@ -452,14 +463,15 @@ impl TailReader {
     /// One step in notified mode: scan follows when due, the periodic `XREAD` when due, read
     /// dirty threads, else wait.
     async fn step_notified(&mut self) -> Result<Flow, LogError> {
-        if self.shared.state.lock().follows.is_empty() {
+        // With nothing to follow the reader still reads its probe back every period.
+        let idle = self.shared.state.lock().follows.is_empty();
+        if idle {
             self.dirty.clear();
-            return Ok(self.wait(None).await);
         }
         self.connect().await?;
         let period = block_of(&self.log.config);
         let now = Instant::now();
-        if self.scan_now || now >= self.scan_at {
+        if !idle && (self.scan_now || now >= self.scan_at) {
             self.scan_now = false;
             if let Flow::Stop = self.scan(now, period).await? {
                 return Ok(Flow::Stop);
@@ -478,14 +490,14 @@ impl TailReader {
                     .map(|(t, f)| (t.clone(), *f))
                     .collect()
             };
-            if !readable.is_empty() {
-                return self.xread(readable, false).await;
-            }
+            // Also the probe's read back, when nothing is followed.
+            return self.xread(readable, false).await;
         }
         if !self.dirty.is_empty() {
             return self.read_dirty().await;
         }
         let until = match self.poll_at {
+            Some(at) if idle => at,
             Some(at) => at.min(self.scan_at),
             None => self.scan_at,
         };
@@ -539,10 +551,14 @@ impl TailReader {
                 state.follows.iter().map(|(t, f)| (t.clone(), *f)).collect();
             (state.generation, follows)
         };
-        if follows.is_empty() {
-            return Ok(self.wait(None).await);
-        }
         self.connect().await?;
+        if follows.is_empty() {
+            // Only the probe stream: the reader still reads its probe back.
+            self.shared
+                .seen_generation
+                .store(generation, Ordering::SeqCst);
+            return self.xread(Vec::new(), true).await;
+        }
         let period = self.log.config.block;
         let now = Instant::now();
         let due: Vec<(ThreadId, Follow)> = follows
@@ -564,10 +580,10 @@ impl TailReader {
         self.shared
             .seen_generation
             .store(generation, Ordering::SeqCst);
-        if readable.is_empty() {
-            // Every followed thread is broken: wait for its retry time or a new follow.
-            let until = next_retry.unwrap_or(now + period);
-            return Ok(self.wait(Some(until)).await);
+        if readable.is_empty() && next_retry.is_some_and(|at| at < now + period) {
+            // Every followed thread is broken, one due for a retry soon: wait for it (or a
+            // new follow).
+            return Ok(self.wait(next_retry).await);
         }
         self.xread(readable, true).await
     }

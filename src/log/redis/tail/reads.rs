@@ -192,10 +192,15 @@ impl TailReader {
         deadline: Duration,
     ) -> Result<Option<Vec<Value>>, LogError> {
         let shutdown = self.shutdown.clone();
+        let probe = self.log.probe.clone();
         let conn = self.conn()?;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => Ok(None),
+            // The probe found this connection stalled: drop it (the caller reconnects).
+            _ = probe.reconnect_reader.notified() => Err(LogError::Unavailable(
+                "redis tail stalled: dropping its connection".into(),
+            )),
             reply = tokio::time::timeout(deadline, pipe.query_async::<Vec<Value>>(conn)) => match reply {
                 Ok(Ok(values)) => Ok(Some(values)),
                 Ok(Err(e)) => Err(unavailable(e)),
@@ -318,8 +323,9 @@ impl TailReader {
             .map(Some)
     }
 
-    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <cursors…>` (`BLOCK` in blocking mode; the
-    /// notified mode's periodic read returns at once), then, for the threads that got entries,
+    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <probe> <cursors…> <probe cursor>` (`BLOCK`
+    /// in blocking mode; the notified mode's periodic read returns at once; the node's probe
+    /// stream is read back too, `probe.rs`), then, for the threads that got entries,
     /// a pipelined check of their cursors: the entries are delivered only if the cursor was
     /// still resumable (same epoch, nothing after it trimmed, its entry still in the log);
     /// otherwise a discontinuity.
@@ -364,9 +370,12 @@ impl TailReader {
             cmd.arg(&**key);
             by_key.insert(key.clone(), i);
         }
+        // The node's probe stream last (`probe.rs`): read back like the followed streams.
+        cmd.arg(&*self.probe_key);
         for (_, follow) in &follows {
             cmd.arg(follow.cursor.to_string());
         }
+        cmd.arg(self.probe_cursor.to_string());
         let mut pipe = redis::pipe();
         pipe.add_command(cmd);
         let deadline = if block {
@@ -380,6 +389,13 @@ impl TailReader {
         let reply = replies.pop().unwrap_or(Value::Nil);
         let mut got: Vec<(usize, Vec<RawEntry>)> = Vec::new();
         for (key, entries) in parse_xread(&reply)? {
+            if key.as_str() == &*self.probe_key {
+                if let Some(last) = entries.last() {
+                    self.probe_cursor = last.pos;
+                    self.log.probe.read_back(last.pos);
+                }
+                continue;
+            }
             if let Some(&i) = by_key.get(key.as_str())
                 && !entries.is_empty()
             {
