@@ -50,8 +50,9 @@ pub struct Config {
     /// Address the HTTP server binds (default `127.0.0.1:8080`).
     #[serde(deserialize_with = "address")]
     pub listen: SocketAddr,
-    /// Redis URL (`redis://host:port/db`, or `rediss://…` for TLS). Empty: the embedded
-    /// `memory` log backend.
+    /// Redis URL (`redis://host:port/db`, or `rediss://…` for TLS), or comma-separated URLs of
+    /// seed nodes of a Redis Cluster (whether the server is a cluster is found at start).
+    /// Empty: the embedded `memory` log backend.
     pub redis_url: String,
     /// PEM file of the certificate authorities a `rediss://` server's certificate must chain
     /// to; empty: the system's trust store. Only with `rediss://`.
@@ -595,11 +596,16 @@ impl Config {
         if self.redis_tail_stall < Duration::from_millis(100) {
             return bad("redis_tail_stall must be at least 100ms");
         }
+        let urls: Vec<&str> = self.redis_url.split(',').map(str::trim).collect();
         if !self.redis_url.is_empty()
-            && !self.redis_url.starts_with("redis://")
-            && !self.redis_url.starts_with("rediss://")
+            && urls
+                .iter()
+                .any(|u| !u.starts_with("redis://") && !u.starts_with("rediss://"))
         {
-            return bad("redis_url must start with redis:// or rediss://");
+            return bad(
+                "redis_url must be a redis:// or rediss:// URL, or a comma-separated list of \
+                 them (the seed nodes of a Redis Cluster)",
+            );
         }
         let tls_files = [
             ("redis_tls_ca", &self.redis_tls_ca),
@@ -607,7 +613,7 @@ impl Config {
             ("redis_tls_key", &self.redis_tls_key),
         ];
         if let Some((key, _)) = tls_files.iter().find(|(_, v)| !v.is_empty())
-            && !self.redis_url.starts_with("rediss://")
+            && !urls.iter().all(|u| u.starts_with("rediss://"))
         {
             return Err(ConfigError::Invalid(format!(
                 "{key} is set but redis_url does not start with rediss:// (TLS)"
@@ -659,6 +665,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_url_takes_one_url_or_a_seed_list() {
+        let with = |url: &str| Config {
+            redis_url: url.into(),
+            ..Config::default()
+        };
+        with("redis://a:6379").validate().unwrap();
+        with("redis://a:6379, redis://b:6379").validate().unwrap();
+        with("rediss://a:6379,rediss://b:6379").validate().unwrap();
+        let e = with("redis://a:6379,b:6379").validate().unwrap_err();
+        assert!(e.to_string().contains("comma-separated"), "{e}");
+        let mut tls = with("rediss://a:6379,redis://b:6379");
+        tls.redis_tls_ca = "ca.pem".into();
+        let e = tls.validate().unwrap_err();
+        assert!(e.to_string().contains("redis_tls_ca is set"), "{e}");
+    }
 
     #[test]
     fn defaults_are_valid_and_file_matches_them() {

@@ -9,6 +9,7 @@ pub mod demo_agent;
 pub mod fixtures;
 pub mod frames;
 pub mod logs;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod redis_tls;
 pub mod sse;

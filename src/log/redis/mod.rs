@@ -35,7 +35,9 @@
 //! key and appends nothing. What settles it is final either way. If Redis does not answer
 //! within `outcome_timeout`, the append's outcome is unknown ([`LogError::OutcomeUnknown`]).
 //! A refused connection or an error reply from Redis means the script did not run. The cost
-//! on every append: one `EXISTS` and one `SET … PX` in the same script.
+//! on every append: one `GET` and one `SET … PX` in the same script. The same key makes the append safe to
+//! repeat: a repeated call (the cluster connection retries a call whose connection dropped)
+//! finds its own record and returns it, appending nothing again.
 //!
 //! # Retention
 //! See [`Retention`]. An append that carries a checkpoint candidate (`append_if`), in the same
@@ -90,17 +92,24 @@
 //! both the reader and the subscription; a way it does not come back within `stall_after`
 //! reconnects, and [`EventLog::ping`] fails meanwhile (`tail/probe.rs`).
 //!
-//! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
-//! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
-//! Redis (or a primary with replicas), not a sharded cluster.
+//! Redis Cluster (`conn.rs`, found at start with `CLUSTER INFO`; the URL may list seeds):
+//! each script touches the keys of one thread (one slot), sent by the redis crate's cluster
+//! connection to the slot's primary, following `MOVED`/`ASK`. A cluster refuses a command over
+//! several slots (`CROSSSLOT`, even on one primary), so there the tail reads each primary on
+//! a dedicated connection of its own with one pipeline of per-slot commands per round trip
+//! (`tail/cluster.rs`) and never blocks: without notes it reads every `block`.
 //!
 //! # Layout
 //! - this file: [`RedisLog`] and its [`EventLog`] impl (connection, deadlines, metrics);
 //! - `scripts.rs` + `scripts/*.lua`: the Lua scripts and their typed arguments;
 //! - `resp.rs`: reply decoding and the validation of stored entries;
-//! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes;
+//! - `connect.rs`: the clients from the URL(s) and TLS files, single Redis or cluster;
+//!   `conn.rs`: the shared connection of either kind;
+//! - `tail.rs` (+ `tail/reads.rs`, `tail/cluster.rs`, `tail/probe.rs`): the node's tail;
+//!   `notify.rs`: the append notes;
 //! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`).
 
+mod conn;
 mod connect;
 mod notify;
 mod resp;
@@ -117,9 +126,11 @@ use super::{
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
 use bytes::Bytes;
+use conn::{Shared, Target};
 pub use connect::RedisTls;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterConfig;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
 use resp::{
     ReadPage, Settled, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
     parse_outcome_reply, parse_pos, parse_read_reply, string, unavailable,
@@ -216,15 +227,17 @@ pub struct RedisLog {
 }
 
 struct Inner {
-    client: Client,
-    conn: ConnectionManager,
+    /// A single Redis or a cluster (decided at start).
+    target: Target,
+    /// The connection every call shares (the tail reads on its own).
+    conn: Shared,
     config: RedisLogConfig,
     scripts: Scripts,
     /// The append-note channel, `<prefix>:appended` ([`notify::channel`]).
     channel: String,
     /// The connection appends are settled on (never the shared one, whose reply was lost),
     /// opened on the first need and replaced after any error.
-    settler: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    settler: tokio::sync::Mutex<Option<Shared>>,
     /// The tail's liveness probe (written and read only while the tail runs).
     probe: Arc<tail::Probe>,
 }
@@ -248,16 +261,28 @@ impl RedisLog {
                 config.prefix
             )));
         }
-        let client = connect::client(&config)?;
-        connect::check_tls(&client, &config).await?;
-        // No hidden retries: a call during an outage fails fast (connection refused) or at
-        // `op_timeout`; the connection manager reconnects on the next call.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.op_timeout))
-            .set_response_timeout(Some(config.op_timeout))
-            .set_number_of_retries(0);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(unavailable)?;
+        let target = connect::resolve(&config).await?;
+        let conn = match &target {
+            Target::Single(client) => {
+                // No hidden retries: a call during an outage fails fast (connection refused)
+                // or at `op_timeout`; the connection manager reconnects on the next call.
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.op_timeout))
+                    .set_response_timeout(Some(config.op_timeout))
+                    .set_number_of_retries(0);
+                Shared::Manager(
+                    ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+                        .map_err(unavailable)?,
+                )
+            }
+            Target::Cluster { cluster, .. } => Shared::Cluster(
+                cluster.get_pending_async_connection_with_config(
+                    ClusterConfig::new()
+                        .set_connection_timeout(config.op_timeout)
+                        .set_response_timeout(config.op_timeout),
+                ),
+            ),
+        };
         let probe = Arc::new(tail::Probe::new(
             &config.prefix,
             config.stall_after,
@@ -266,7 +291,7 @@ impl RedisLog {
         let log = RedisLog {
             inner: Arc::new(Inner {
                 probe,
-                client,
+                target,
                 conn,
                 channel: notify::channel(&config.prefix),
                 config,
@@ -446,14 +471,21 @@ impl RedisLog {
             match slot.as_ref() {
                 Some(conn) => conn.clone(),
                 None => {
-                    let unbounded = AsyncConnectionConfig::new()
-                        .set_connection_timeout(None)
-                        .set_response_timeout(None);
-                    let conn = self
-                        .inner
-                        .client
-                        .get_multiplexed_async_connection_with_config(&unbounded)
-                        .await?;
+                    let conn = match &self.inner.target {
+                        Target::Single(client) => {
+                            let unbounded = AsyncConnectionConfig::new()
+                                .set_connection_timeout(None)
+                                .set_response_timeout(None);
+                            Shared::Multiplexed(
+                                client
+                                    .get_multiplexed_async_connection_with_config(&unbounded)
+                                    .await?,
+                            )
+                        }
+                        Target::Cluster { cluster, .. } => {
+                            Shared::Cluster(cluster.get_async_connection().await?)
+                        }
+                    };
                     slot.insert(conn).clone()
                 }
             }

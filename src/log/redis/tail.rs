@@ -4,6 +4,7 @@
 //! [`reads`]; the module docs of [`super`] ("Tail") say how notes, reads and the fallback
 //! combine.
 
+mod cluster;
 mod probe;
 mod reads;
 
@@ -17,7 +18,6 @@ use crate::log::{
 };
 use crate::metrics::{BACKEND_ERRORS, BACKEND_UP};
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -69,7 +69,7 @@ pub(super) fn start(
         }
     };
     tokio::spawn(notify::run_subscriber(
-        log.client.clone(),
+        log.target.seeds(),
         subscriber,
         notice_tx,
         log.probe.clone(),
@@ -188,7 +188,7 @@ struct TailReader {
     shared: Arc<TailShared>,
     sink: mpsc::Sender<TailItem>,
     shutdown: CancellationToken,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<reads::ReaderConn>,
     /// When the last `XREAD` that returned entries was sent (see [`xread_interval`]).
     last_busy_xread: Option<Instant>,
     /// Stream key of each followed thread, built once per follow rather than at every

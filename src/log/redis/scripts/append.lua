@@ -27,9 +27,10 @@
 --
 -- Returns {epoch, {entry id…}}, or {'conflict', epoch, info} when the log's epoch or
 -- last-generated-id is not the expected one (nothing appended, nothing changed), or
--- {'fenced'} when KEYS[4] exists (nothing appended, nothing changed): the broker lost this
+-- {'fenced'} when KEYS[4] is '-' (nothing appended, nothing changed): the broker lost this
 -- call's reply and outcome.lua settled it as "not appended" before it ran, so it must never
--- append now. An append records `<epoch> <entry id>…` at KEYS[4] for ARGV[15] ms, from which
+-- append now; or {'done', record} when KEYS[4] holds this append's record (it ran before:
+-- nothing appended again). An append records `<epoch> <entry id>…` at KEYS[4] for ARGV[15] ms, from which
 -- outcome.lua answers a broker that lost the reply. The newest
 -- entry's ID being the expected one is taken as a match (the only difference from the
 -- last-generated-id: entries after it deleted with XDEL, which are then not in the log the
@@ -42,8 +43,14 @@
 -- After the XADDs, PUBLISHes the batch on ARGV[12] (format: notify.rs), with the stream's
 -- last-generated-id before the batch: ARGV[5] when conditional (just compared), else from
 -- XINFO STREAM ('0-0' for a stream that did not exist).
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  return {'fenced'}
+local done = redis.call('GET', KEYS[4])
+if done then
+  if done == '-' then
+    return {'fenced'}
+  end
+  -- This very append already ran (a client repeated it after losing its reply: the cluster
+  -- connection retries a call whose connection dropped): its record, nothing appended again.
+  return {'done', done}
 end
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
 local prev = ARGV[5]

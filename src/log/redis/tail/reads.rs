@@ -2,9 +2,11 @@
 //! `SCRIPT LOAD`), the pipelined read scripts (pages, and the checks of a cursor against the
 //! log), the epoch checks and the `XREAD` over every followed stream.
 
+use super::cluster::{ClusterReads, slot_of};
 use super::{DIRTY_BATCH, Flow, Follow, TailReader, block_of, xread_interval};
 use crate::event::ThreadId;
 use crate::log::check_resumable;
+use crate::log::redis::conn::Target;
 use crate::log::redis::resp::{
     RawEntry, ReadPage, decode_entries, parse_epoch_str, parse_read_reply, parse_xread, string,
     unavailable,
@@ -50,9 +52,12 @@ impl TailReader {
         let count = config.read_count.max(1);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        let mut slots = Vec::with_capacity(todo.len());
         for (thread, follow) in &todo {
+            let keys = Keys::new(&config.prefix, thread);
+            slots.push(slot_of(keys.stream.as_bytes()));
             ReadArgs {
-                keys: &Keys::new(&config.prefix, thread),
+                keys: &keys,
                 fresh_epoch: Epoch::random(),
                 after: Some(follow.cursor),
                 count,
@@ -61,7 +66,7 @@ impl TailReader {
             .evalsha(&mut pipe, &self.log.scripts.read);
         }
         let op_timeout = config.op_timeout;
-        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+        let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
             return Ok(Flow::Stop);
         };
         let now = Instant::now();
@@ -123,11 +128,24 @@ impl TailReader {
         if self.conn.is_some() {
             return Ok(());
         }
+        if let Target::Cluster { seeds, .. } = &self.log.target {
+            let open = ClusterReads::open(seeds.clone(), self.log.config.op_timeout);
+            let reads = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return Err(LogError::Unavailable("shutting down".into())),
+                reads = open => reads?,
+            };
+            self.conn = Some(ReaderConn::Cluster(Box::new(reads)));
+            self.connected(0);
+            return Ok(());
+        }
+        let Target::Single(client) = &self.log.target else {
+            unreachable!("a target is a cluster or a single Redis");
+        };
         let config = &self.log.config;
         let connection_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(block_of(config) + config.op_timeout));
-        let client = &self.log.client;
         let read = &self.log.scripts.read;
         let open = async {
             let mut conn = client
@@ -168,32 +186,52 @@ impl TailReader {
                 Err(_) => return Err(LogError::Unavailable("redis tail connect timed out".into())),
             },
         };
-        self.conn = Some(conn);
-        self.shared.reader_client_id.store(id, Ordering::SeqCst);
-        metrics::gauge!(BACKEND_UP).set(1.0);
-        // Redis may have restarted without its data: check every thread again.
-        for f in self.shared.state.lock().follows.values_mut() {
-            f.checked = None;
-        }
-        tracing::info!(client_id = id, "redis tail connected");
+        self.conn = Some(ReaderConn::Single(conn));
+        self.connected(id);
         Ok(())
     }
 
-    fn conn(&mut self) -> Result<&mut MultiplexedConnection, LogError> {
-        self.conn
-            .as_mut()
-            .ok_or_else(|| LogError::Unavailable("redis tail not connected".into()))
+    /// After connecting: the waker's client id, `up`, and a full check of every follow
+    /// (Redis may have restarted without its data, or failed over).
+    fn connected(&mut self, client_id: u64) {
+        self.shared
+            .reader_client_id
+            .store(client_id, Ordering::SeqCst);
+        metrics::gauge!(BACKEND_UP).set(1.0);
+        for f in self.shared.state.lock().follows.values_mut() {
+            f.checked = None;
+        }
+        tracing::info!(client_id, "redis tail connected");
     }
 
-    /// Sends `pipe` on the dedicated connection under `deadline`, watching for shutdown.
+    /// True when the reader reads a cluster (no blocking reads: `CROSSSLOT`).
+    pub(super) fn on_cluster(&self) -> bool {
+        self.log.target.is_cluster()
+    }
+
+    /// Sends `pipe` (command `i` touching slot `slots[i]`, used on a cluster) on the dedicated
+    /// connection(s) under `deadline`, watching for shutdown and for the probe's verdict.
     async fn query(
         &mut self,
         pipe: &redis::Pipeline,
+        slots: &[u16],
         deadline: Duration,
     ) -> Result<Option<Vec<Value>>, LogError> {
         let shutdown = self.shutdown.clone();
         let probe = self.log.probe.clone();
-        let conn = self.conn()?;
+        let log = self.log.clone();
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(LogError::Unavailable("redis tail not connected".into()));
+        };
+        let reply = async {
+            match conn {
+                ReaderConn::Single(conn) => pipe
+                    .query_async::<Vec<Value>>(conn)
+                    .await
+                    .map_err(unavailable),
+                ReaderConn::Cluster(reads) => reads.query(pipe, slots, &log.scripts.read).await,
+            }
+        };
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => Ok(None),
@@ -201,9 +239,9 @@ impl TailReader {
             _ = probe.reconnect_reader.notified() => Err(LogError::Unavailable(
                 "redis tail stalled: dropping its connection".into(),
             )),
-            reply = tokio::time::timeout(deadline, pipe.query_async::<Vec<Value>>(conn)) => match reply {
+            reply = tokio::time::timeout(deadline, reply) => match reply {
                 Ok(Ok(values)) => Ok(Some(values)),
-                Ok(Err(e)) => Err(unavailable(e)),
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(LogError::Unavailable(format!("redis tail timed out after {deadline:?}"))),
             },
         }
@@ -221,12 +259,13 @@ impl TailReader {
         let mut full = fresh;
         if !known.is_empty() {
             let mut pipe = redis::pipe();
+            let mut slots = Vec::with_capacity(known.len());
             for (thread, _) in &known {
-                pipe.cmd("HGET")
-                    .arg(Keys::new(&prefix, thread).meta)
-                    .arg("epoch");
+                let meta = Keys::new(&prefix, thread).meta;
+                slots.push(slot_of(meta.as_bytes()));
+                pipe.cmd("HGET").arg(meta).arg("epoch");
             }
-            let Some(epochs) = self.query(&pipe, op_timeout).await? else {
+            let Some(epochs) = self.query(&pipe, &slots, op_timeout).await? else {
                 return Ok(Flow::Stop);
             };
             let now = Instant::now();
@@ -296,9 +335,12 @@ impl TailReader {
         let config = &self.log.config;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        let mut slots = Vec::new();
         for (thread, cursor) in threads {
+            let keys = Keys::new(&config.prefix, thread);
+            slots.push(slot_of(keys.stream.as_bytes()));
             ReadArgs {
-                keys: &Keys::new(&config.prefix, thread),
+                keys: &keys,
                 fresh_epoch: Epoch::random(),
                 after: Some(cursor),
                 count: 0,
@@ -307,7 +349,7 @@ impl TailReader {
             .evalsha(&mut pipe, &self.log.scripts.read);
         }
         let op_timeout = config.op_timeout;
-        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+        let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
             return Ok(None);
         };
         replies
@@ -354,55 +396,86 @@ impl TailReader {
             self.stream_keys.retain(|t, _| followed.contains(t));
             self.keys_generation = generation;
         }
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(config.read_count.max(1));
-        if block {
-            cmd.arg("BLOCK")
-                .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
-        }
-        cmd.arg("STREAMS");
+        // Every followed stream and its cursor, then the node's probe stream (`probe.rs`),
+        // read back like the followed streams.
+        let mut streams: Vec<(Arc<str>, String)> = Vec::with_capacity(follows.len() + 1);
         let mut by_key: HashMap<Arc<str>, usize> = HashMap::with_capacity(follows.len());
-        for (i, (thread, _)) in follows.iter().enumerate() {
+        for (i, (thread, follow)) in follows.iter().enumerate() {
             let key = self
                 .stream_keys
                 .entry(thread.clone())
-                .or_insert_with(|| Keys::new(&config.prefix, thread).stream.into());
-            cmd.arg(&**key);
+                .or_insert_with(|| Keys::new(&config.prefix, thread).stream.into())
+                .clone();
             by_key.insert(key.clone(), i);
+            streams.push((key, follow.cursor.to_string()));
         }
-        // The node's probe stream last (`probe.rs`): read back like the followed streams.
-        cmd.arg(&*self.probe_key);
-        for (_, follow) in &follows {
-            cmd.arg(follow.cursor.to_string());
-        }
-        cmd.arg(self.probe_cursor.to_string());
+        streams.push((self.probe_key.clone(), self.probe_cursor.to_string()));
+        // One `XREAD` for a single Redis; one per slot on a cluster, which refuses keys of
+        // several slots in one command (`CROSSSLOT`) and where the reader never blocks.
+        let cluster = self.on_cluster();
+        let block_read = block && !cluster;
+        let groups: Vec<(u16, Vec<usize>)> = if cluster {
+            let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (i, (key, _)) in streams.iter().enumerate() {
+                by_slot.entry(slot_of(key.as_bytes())).or_default().push(i);
+            }
+            by_slot.into_iter().collect()
+        } else {
+            vec![(0, (0..streams.len()).collect())]
+        };
         let mut pipe = redis::pipe();
-        pipe.add_command(cmd);
-        let deadline = if block {
+        let mut slots = Vec::with_capacity(groups.len());
+        for (slot, members) in &groups {
+            let mut cmd = redis::cmd("XREAD");
+            cmd.arg("COUNT").arg(config.read_count.max(1));
+            if block_read {
+                cmd.arg("BLOCK")
+                    .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
+            }
+            cmd.arg("STREAMS");
+            for &i in members {
+                cmd.arg(&*streams[i].0);
+            }
+            for &i in members {
+                cmd.arg(&streams[i].1);
+            }
+            pipe.add_command(cmd);
+            slots.push(*slot);
+        }
+        let deadline = if block_read {
             block_of(config) + config.op_timeout
         } else {
             config.op_timeout
         };
-        let Some(mut replies) = self.query(&pipe, deadline).await? else {
+        let Some(replies) = self.query(&pipe, &slots, deadline).await? else {
             return Ok(Flow::Stop);
         };
-        let reply = replies.pop().unwrap_or(Value::Nil);
         let mut got: Vec<(usize, Vec<RawEntry>)> = Vec::new();
-        for (key, entries) in parse_xread(&reply)? {
-            if key.as_str() == &*self.probe_key {
-                if let Some(last) = entries.last() {
-                    self.probe_cursor = last.pos;
-                    self.log.probe.read_back(last.pos);
-                }
-                continue;
+        for reply in &replies {
+            if let Value::ServerError(e) = reply {
+                return Err(LogError::Unavailable(format!("redis: {e}")));
             }
-            if let Some(&i) = by_key.get(key.as_str())
-                && !entries.is_empty()
-            {
-                got.push((i, entries));
+            for (key, entries) in parse_xread(reply)? {
+                if key.as_str() == &*self.probe_key {
+                    if let Some(last) = entries.last() {
+                        self.probe_cursor = last.pos;
+                        self.log.probe.read_back(last.pos);
+                    }
+                    continue;
+                }
+                if let Some(&i) = by_key.get(key.as_str())
+                    && !entries.is_empty()
+                {
+                    got.push((i, entries));
+                }
             }
         }
         if got.is_empty() {
+            if block && cluster {
+                // In place of the blocking read: the next read a period later (a new follow,
+                // a notice or shutdown ends the wait).
+                return Ok(self.wait(Some(sent + block_of(config))).await);
+            }
             return Ok(Flow::Continue);
         }
         if block {
@@ -453,4 +526,12 @@ impl TailReader {
         }
         Ok(Flow::Continue)
     }
+}
+
+/// The reader's dedicated connection(s).
+pub(super) enum ReaderConn {
+    /// A single Redis: one connection.
+    Single(MultiplexedConnection),
+    /// A Redis Cluster: one connection per primary, and the slot map.
+    Cluster(Box<ClusterReads>),
 }

@@ -1,0 +1,232 @@
+//! The `redis` backend on a Redis Cluster (a private 3-primary cluster started here,
+//! `common/redis_cluster.rs`), with `redis_url` listing the seed nodes:
+//!
+//! - threads on every primary: publishes on one node reach subscribers on another (through
+//!   the tail's per-primary reads and the append notes), and resume is exact;
+//! - a slot migrating to another primary under a live subscriber (`MOVED`, `ASK`): every
+//!   event is delivered once, in order, and publishing goes on;
+//! - configurations that cannot work are refused at start: several URLs of Redis servers that
+//!   are not a cluster, a database other than 0 with a cluster.
+
+mod common;
+
+use agui_fanout::app;
+use common::broker;
+use common::redis_cluster::RedisCluster;
+use common::redis_server::RedisServer;
+use common::sse_client::{self, Subscription};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The hash slot of a thread's keys (`{threadId}` hash tag; the Redis Cluster specification).
+fn slot(thread: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(thread.as_bytes()) % 16384
+}
+
+fn custom(i: u64) -> Value {
+    json!({"type": "CUSTOM", "name": "n", "value": i})
+}
+
+/// Publishes one event, retrying a 503 (a slot moving) for at most [`WAIT`]; its id.
+async fn publish(base: &str, thread: &str, event: &Value) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let resp = sse_client::publish(base, thread, std::slice::from_ref(event)).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("JSON reply");
+        if status == 200 {
+            return body["lastId"].as_str().expect("lastId").to_string();
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(Instant::now() < deadline, "publishes still fail: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The next `n` events' `(id, value)` (`value` of a `CUSTOM`, else its type).
+async fn take(live: &mut Subscription, n: usize) -> Vec<(String, Value)> {
+    live.take(n, WAIT)
+        .await
+        .into_iter()
+        .map(|r| {
+            let v = match r.data["type"].as_str() {
+                Some("CUSTOM") => r.data["value"].clone(),
+                _ => r.data["type"].clone(),
+            };
+            (r.id, v)
+        })
+        .collect()
+}
+
+fn run_started(thread: &str) -> Value {
+    json!({"type": "RUN_STARTED", "threadId": thread, "runId": "r1"})
+}
+
+async fn start_node(cluster: &RedisCluster) -> app::Server {
+    broker::start(|c| {
+        c.redis_url = cluster.seeds();
+        c.redis_block = Duration::from_millis(200);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_on_every_primary_are_published_subscribed_and_resumed() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let a = start_node(&cluster).await;
+    let b = start_node(&cluster).await;
+    let (base_a, base_b) = (broker::base(a.addr), broker::base(b.addr));
+
+    // Two threads on each primary.
+    let mut by_primary: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    while by_primary.len() < 3 || by_primary.values().any(|t| t.len() < 2) {
+        let thread = broker::thread_id("cluster");
+        let owner = cluster.owner(slot(&thread)).await;
+        let threads = by_primary.entry(owner).or_default();
+        if threads.len() < 2 {
+            threads.push(thread);
+        }
+    }
+    let threads: Vec<String> = by_primary.values().flatten().cloned().collect();
+    let mut subs = Vec::new();
+    for thread in &threads {
+        subs.push(sse_client::subscribe(&base_b, thread, "", None).await);
+    }
+    // Published on node A, one event per publish, interleaved across threads.
+    for thread in &threads {
+        publish(&base_a, thread, &run_started(thread)).await;
+    }
+    for i in 0..5 {
+        for thread in &threads {
+            publish(&base_a, thread, &custom(i)).await;
+        }
+    }
+    for (thread, sub) in threads.iter().zip(&mut subs) {
+        let got = take(sub, 6).await;
+        let values: Vec<&Value> = got.iter().map(|(_, v)| v).collect();
+        assert_eq!(
+            values,
+            [
+                &json!("RUN_STARTED"),
+                &json!(0),
+                &json!(1),
+                &json!(2),
+                &json!(3),
+                &json!(4)
+            ],
+            "{thread}"
+        );
+        // Resume on node A after the third event: exactly the rest.
+        let mut resumed = sse_client::subscribe(&base_a, thread, "", Some(&got[2].0)).await;
+        assert_eq!(take(&mut resumed, 3).await, got[3..].to_vec(), "{thread}");
+    }
+    // Every primary holds its threads' keys.
+    for (primary, threads) in &by_primary {
+        for thread in threads {
+            let len = cluster
+                .command(*primary, &["XLEN", &format!("agui:{{{thread}}}:log")])
+                .await;
+            assert_eq!(len, "6", "{thread} on its primary {primary}");
+        }
+    }
+    for base in [&base_a, &base_b] {
+        let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        assert_eq!(ready.status(), 200);
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrating_under_a_subscriber_loses_and_repeats_nothing() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let a = start_node(&cluster).await;
+    let b = start_node(&cluster).await;
+    let (base_a, base_b) = (broker::base(a.addr), broker::base(b.addr));
+    let thread = broker::thread_id("reshard");
+    let mut live = sse_client::subscribe(&base_b, &thread, "", None).await;
+    publish(&base_a, &thread, &run_started(&thread)).await;
+    for i in 0..10 {
+        publish(&base_a, &thread, &custom(i)).await;
+    }
+    let before = take(&mut live, 11).await;
+
+    // The thread's slot moves to another primary while both nodes keep going.
+    let from = cluster.owner(slot(&thread)).await;
+    let to = *cluster
+        .master_ports()
+        .await
+        .iter()
+        .find(|p| **p != from)
+        .expect("another primary");
+    let migrate = cluster.migrate_slot(slot(&thread), to);
+    let publishes = async {
+        for i in 10..30 {
+            publish(&base_a, &thread, &custom(i)).await;
+        }
+    };
+    tokio::join!(migrate, publishes);
+    assert_eq!(cluster.owner(slot(&thread)).await, to);
+    for i in 30..40 {
+        publish(&base_b, &thread, &custom(i)).await;
+    }
+    let after = take(&mut live, 30).await;
+    let values: Vec<u64> = after.iter().map(|(_, v)| v.as_u64().unwrap()).collect();
+    assert_eq!(values, (10..40).collect::<Vec<_>>());
+    assert!(
+        live.next(Duration::from_millis(500)).await.is_none(),
+        "nothing repeated"
+    );
+    // Resume across the move is exact.
+    let mut resumed = sse_client::subscribe(&base_a, &thread, "", Some(&before[5].0)).await;
+    let rest = take(&mut resumed, 35).await;
+    assert_eq!(rest[..5], before[6..]);
+    assert_eq!(rest[5..], after[..]);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// The error `app::start` refuses to start with.
+async fn start_error(url: String) -> String {
+    let mut config = broker::test_config();
+    config.redis_url = url;
+    match app::start(config).await {
+        Ok(server) => {
+            server.stop().await;
+            panic!("the broker started");
+        }
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_that_cannot_work_are_refused_at_start() {
+    let (one, two) = (RedisServer::start().await, RedisServer::start().await);
+    let e = start_error(format!("{},{}", one.url(), two.url())).await;
+    assert!(e.contains("not a Redis Cluster"), "{e}");
+
+    let cluster = RedisCluster::start(3, 0).await;
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .split(',')
+        .map(|u| format!("{u}/2"))
+        .collect();
+    let e = start_error(seeds.join(",")).await;
+    assert!(e.contains("only database 0"), "{e}");
+
+    let e = start_error(format!("{},rediss://127.0.0.1:1", one.url())).await;
+    assert!(e.contains("mix redis:// and rediss://"), "{e}");
+
+    // One seed of the cluster is enough: the cluster is found and used.
+    let first = cluster.seeds().split(',').next().unwrap().to_string();
+    let node = broker::start(|c| c.redis_url = first).await;
+    let base = broker::base(node.addr);
+    let thread = broker::thread_id("one-seed");
+    let mut live = sse_client::subscribe(&base, &thread, "", None).await;
+    publish(&base, &thread, &run_started(&thread)).await;
+    assert_eq!(take(&mut live, 1).await[0].1, json!("RUN_STARTED"));
+    node.stop().await;
+}
