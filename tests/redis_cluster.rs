@@ -5,6 +5,9 @@
 //!   the tail's per-primary reads and the append notes), and resume is exact;
 //! - a slot migrating to another primary under a live subscriber (`MOVED`, `ASK`): every
 //!   event is delivered once, in order, and publishing goes on;
+//! - failovers (3 primaries with a replica each): a replica promoted with `CLUSTER FAILOVER`,
+//!   then a primary killed (SIGKILL) after its replica caught up: every event once, in
+//!   order, resume exact;
 //! - configurations that cannot work are refused at start: several URLs of Redis servers that
 //!   are not a cluster, a database other than 0 with a cluster.
 
@@ -185,6 +188,81 @@ async fn a_slot_migrating_under_a_subscriber_loses_and_repeats_nothing() {
     let rest = take(&mut resumed, 35).await;
     assert_eq!(rest[..5], before[6..]);
     assert_eq!(rest[5..], after[..]);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Publishes `values` on `base` one per publish (retrying while the cluster fails over).
+async fn publish_all(base: &str, thread: &str, values: std::ops::Range<u64>) {
+    for i in values {
+        publish(base, thread, &custom(i)).await;
+    }
+}
+
+/// Waits (up to [`WAIT`] × 3) until the primary of `slot` is `port`.
+async fn owner_becomes(cluster: &RedisCluster, slot: u16, port: u16) {
+    let deadline = Instant::now() + WAIT * 3;
+    while cluster.owner(slot).await != port {
+        assert!(Instant::now() < deadline, "slot {slot} not on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_lose_and_repeat_nothing() {
+    let mut cluster = RedisCluster::start(3, 1).await;
+    let a = start_node(&cluster).await;
+    let b = start_node(&cluster).await;
+    let (base_a, base_b) = (broker::base(a.addr), broker::base(b.addr));
+    let thread = broker::thread_id("failover");
+    let slot = slot(&thread);
+    let mut live = sse_client::subscribe(&base_b, &thread, "", None).await;
+    publish(&base_a, &thread, &run_started(&thread)).await;
+    publish_all(&base_a, &thread, 0..10).await;
+    let mut got = take(&mut live, 11).await;
+
+    // A replica takes over on request (`CLUSTER FAILOVER`: it catches up first) while both
+    // nodes keep publishing.
+    let primary = cluster.owner(slot).await;
+    let replica = cluster.replica_of(primary).await;
+    cluster.command(replica, &["CLUSTER", "FAILOVER"]).await;
+    let publishes = async {
+        publish_all(&base_a, &thread, 10..20).await;
+        publish_all(&base_b, &thread, 20..30).await;
+    };
+    tokio::join!(owner_becomes(&cluster, slot, replica), publishes);
+    publish_all(&base_a, &thread, 30..35).await;
+    got.extend(take(&mut live, 25).await);
+
+    // The new primary is killed once its replica (the old primary) holds everything: the
+    // replica is promoted after the node timeout; publishes fail meanwhile, then go on.
+    let primary = replica;
+    let replica = cluster.replica_of(primary).await;
+    cluster.replicated(primary, replica).await;
+    cluster.kill(primary);
+    let publishes = publish_all(&base_b, &thread, 35..45);
+    tokio::join!(owner_becomes(&cluster, slot, replica), publishes);
+    publish_all(&base_a, &thread, 45..50).await;
+    got.extend(take(&mut live, 15).await);
+
+    let values: Vec<&Value> = got[1..].iter().map(|(_, v)| v).collect();
+    let expected: Vec<Value> = (0..50).map(|i| json!(i)).collect();
+    assert_eq!(values, expected.iter().collect::<Vec<_>>());
+    sse_client::assert_strictly_increasing(
+        &got.iter()
+            .map(|(id, v)| sse_client::Received {
+                id: id.clone(),
+                data: v.clone(),
+            })
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        live.next(Duration::from_millis(500)).await.is_none(),
+        "nothing repeated"
+    );
+    // Resume from before both failovers is exact.
+    let mut resumed = sse_client::subscribe(&base_a, &thread, "", Some(&got[5].0)).await;
+    assert_eq!(take(&mut resumed, got.len() - 6).await, got[6..].to_vec());
     a.stop().await;
     b.stop().await;
 }

@@ -244,6 +244,50 @@ impl RedisCluster {
         }
     }
 
+    /// The port of a replica of the primary at `primary`, waiting (up to 30 s) for one (an old
+    /// primary becomes a replica of the new one a moment after a failover).
+    pub async fn replica_of(&self, primary: u16) -> u16 {
+        let id = self.command(primary, &["CLUSTER", "MYID"]).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let nodes = self.command(primary, &["CLUSTER", "NODES"]).await;
+            let found = nodes
+                .lines()
+                .find(|l| l.contains("slave") && l.split(' ').nth(3) == Some(id.as_str()))
+                .and_then(|l| l.split(' ').nth(1)?.split(['@', ':']).nth(1)?.parse().ok());
+            if let Some(port) = found {
+                return port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica of {primary}: {nodes}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (up to 10 s) until `replica` holds everything the primary at `primary` wrote.
+    pub async fn replicated(&self, primary: u16, replica: u16) {
+        let offset = |info: &str, field: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let info = self.command(primary, &["INFO", "replication"]).await;
+        let wrote = offset(&info, "master_repl_offset:").expect("master_repl_offset");
+        wait_for(
+            || async {
+                let info = self
+                    .try_command(replica, &["INFO", "replication"])
+                    .await
+                    .unwrap_or_default();
+                offset(&info, "slave_repl_offset:").is_some_and(|got| got >= wrote)
+            },
+            "the replica caught up",
+        )
+        .await;
+    }
+
     /// Kills the node at `port` (SIGKILL).
     pub fn kill(&mut self, port: u16) {
         if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port)
