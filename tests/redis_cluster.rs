@@ -8,6 +8,8 @@
 //! - failovers (3 primaries with a replica each): a replica promoted with `CLUSTER FAILOVER`,
 //!   then a primary killed (SIGKILL) after its replica caught up: every event once, in
 //!   order, resume exact;
+//! - notes go through sharded pub/sub, one channel per thread on its shard, and carry events
+//!   to subscribers on their own;
 //! - configurations that cannot work are refused at start: several URLs of Redis servers that
 //!   are not a cluster, a database other than 0 with a cluster.
 
@@ -188,6 +190,72 @@ async fn a_slot_migrating_under_a_subscriber_loses_and_repeats_nothing() {
     let rest = take(&mut resumed, 35).await;
     assert_eq!(rest[..5], before[6..]);
     assert_eq!(rest[5..], after[..]);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Notes are sharded (`SPUBLISH` on each thread's own channel, in its slot): a node
+/// subscribes to the channels of the threads it follows, on their primaries, and nothing goes
+/// through classic pub/sub. With `redis_block` at 60 s the tail reads a followed stream only
+/// when it starts following it, so events published afterwards arrive through the notes alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_go_through_each_threads_shard_channel() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let slow = |c: &mut agui_fanout::config::Config| {
+        c.redis_url = cluster.seeds();
+        c.redis_block = Duration::from_secs(60);
+    };
+    let a = broker::start(slow).await;
+    let b = broker::start(slow).await;
+    let (base_a, base_b) = (broker::base(a.addr), broker::base(b.addr));
+    let mut threads: BTreeMap<u16, String> = BTreeMap::new();
+    while threads.len() < 3 {
+        let thread = broker::thread_id("sharded");
+        threads
+            .entry(cluster.owner(slot(&thread)).await)
+            .or_insert(thread);
+    }
+    let mut subs = Vec::new();
+    for (primary, thread) in &threads {
+        subs.push(sse_client::subscribe(&base_b, thread, "", None).await);
+        let channel = format!("agui:{{{thread}}}:n");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let counts = cluster
+                .command(*primary, &["PUBSUB", "SHARDNUMSUB", &channel])
+                .await;
+            // `[channel, count]`, as text: the count last.
+            if counts.ends_with('1') {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{channel} not subscribed on {primary}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for thread in threads.values() {
+        publish(&base_a, thread, &run_started(thread)).await;
+        publish_all(&base_a, thread, 0..3).await;
+    }
+    for (thread, sub) in threads.values().zip(&mut subs) {
+        let got: Vec<Value> = take(sub, 4).await.into_iter().map(|(_, v)| v).collect();
+        assert_eq!(
+            got,
+            [json!("RUN_STARTED"), json!(0), json!(1), json!(2)],
+            "{thread}"
+        );
+    }
+    for port in cluster.master_ports().await {
+        let numsub = cluster
+            .command(port, &["PUBSUB", "NUMSUB", "agui:appended"])
+            .await;
+        assert!(
+            numsub.ends_with('0'),
+            "classic subscribers on {port}: {numsub}"
+        );
+    }
     a.stop().await;
     b.stop().await;
 }

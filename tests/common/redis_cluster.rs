@@ -166,7 +166,8 @@ impl RedisCluster {
         panic!("no primary serves slot {slot}");
     }
 
-    /// Runs a command on the node at `port`; its reply as text, `None` on any error.
+    /// Runs a command on the node at `port`; its reply as text (an array's items joined by
+    /// spaces), `None` on any error.
     pub async fn try_command(&self, port: u16, args: &[&str]) -> Option<String> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
         let attempt = async {
@@ -175,10 +176,7 @@ impl RedisCluster {
             for arg in &args[1..] {
                 cmd.arg(*arg);
             }
-            match cmd.query_async::<redis::Value>(&mut conn).await.ok()? {
-                redis::Value::Int(n) => Some(n.to_string()),
-                other => redis::from_redis_value::<String>(other).ok(),
-            }
+            Some(text(cmd.query_async::<redis::Value>(&mut conn).await.ok()?))
         };
         tokio::time::timeout(Duration::from_secs(2), attempt)
             .await
@@ -324,5 +322,14 @@ where
     while !check().await {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A reply as text: integers in decimal, arrays' items joined by spaces.
+fn text(value: redis::Value) -> String {
+    match value {
+        redis::Value::Int(n) => n.to_string(),
+        redis::Value::Array(items) => items.into_iter().map(text).collect::<Vec<_>>().join(" "),
+        other => redis::from_redis_value::<String>(other).unwrap_or_default(),
     }
 }

@@ -23,19 +23,13 @@ pub(super) enum Target {
     /// the tail learns the primaries from them with `CLUSTER SLOTS`).
     Cluster {
         cluster: ClusterClient,
+        /// The same cluster in RESP3, for the shard subscriptions of the append notes.
+        notes: ClusterClient,
         seeds: Vec<Client>,
     },
 }
 
 impl Target {
-    /// The clients of the configured URLs, in order (one for a single Redis).
-    pub(super) fn seeds(&self) -> Vec<Client> {
-        match self {
-            Target::Single(client) => vec![client.clone()],
-            Target::Cluster { seeds, .. } => seeds.clone(),
-        }
-    }
-
     /// True for a Redis Cluster.
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Target::Cluster { .. })

@@ -216,27 +216,38 @@ pub(super) async fn resolve(config: &RedisLogConfig) -> Result<Target, LogError>
             "a Redis Cluster has only database 0: remove the /<db> from redis_url".into(),
         ));
     }
-    let mut builder = ClusterClientBuilder::new(
-        seeds
-            .iter()
-            .map(|s| s.get_connection_info().clone())
-            .collect::<Vec<_>>(),
-    )
-    // A `MOVED`/`ASK` (or a reconnect) is followed by retrying the call: every call of the
-    // backend is safe to repeat (an append finds its own outcome record and returns it).
-    .retries(3)
-    .min_retry_wait(10)
-    .max_retry_wait(500)
-    .connection_timeout(config.op_timeout)
-    .response_timeout(config.op_timeout);
-    if let Some(certs) = tls_certificates(config)? {
-        builder = builder.certs(certs);
-    }
-    let cluster = builder
-        .build()
-        .map_err(|e| LogError::Unavailable(format!("invalid redis cluster URLs: {e}")))?;
+    let certs = tls_certificates(config)?;
+    let build = |protocol: redis::ProtocolVersion| {
+        let mut builder = ClusterClientBuilder::new(
+            seeds
+                .iter()
+                .map(|s| s.get_connection_info().clone())
+                .collect::<Vec<_>>(),
+        )
+        // A `MOVED`/`ASK` (or a reconnect) is followed by retrying the call: every call of the
+        // backend is safe to repeat (an append finds its own outcome record and returns it).
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(500)
+        .connection_timeout(config.op_timeout)
+        .response_timeout(config.op_timeout)
+        .use_protocol(protocol);
+        if let Some(certs) = &certs {
+            builder = builder.certs(certs.clone());
+        }
+        builder
+            .build()
+            .map_err(|e| LogError::Unavailable(format!("invalid redis cluster URLs: {e}")))
+    };
+    let cluster = build(redis::ProtocolVersion::RESP2)?;
+    // Pushes (the shard subscriptions' messages) need RESP3.
+    let notes = build(redis::ProtocolVersion::RESP3)?;
     tracing::info!(seeds = seeds.len(), "redis log backend: a Redis Cluster");
-    Ok(Target::Cluster { cluster, seeds })
+    Ok(Target::Cluster {
+        cluster,
+        notes,
+        seeds,
+    })
 }
 
 /// The bytes of a PEM file, checked to hold a block whose label ends with `label` (so that a

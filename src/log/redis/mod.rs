@@ -97,7 +97,9 @@
 //! connection to the slot's primary, following `MOVED`/`ASK`. A cluster refuses a command over
 //! several slots (`CROSSSLOT`, even on one primary), so there the tail reads each primary on
 //! a dedicated connection of its own with one pipeline of per-slot commands per round trip
-//! (`tail/cluster.rs`) and never blocks: without notes it reads every `block`.
+//! (`tail/cluster.rs`) and never blocks: without notes it reads every `block`. Notes are
+//! sharded there: `SPUBLISH` on the thread's own channel `<prefix>:{<threadId>}:n`, one
+//! `SSUBSCRIBE` per followed thread (`tail/notes.rs`).
 //!
 //! # Layout
 //! - this file: [`RedisLog`] and its [`EventLog`] impl (connection, deadlines, metrics);
@@ -535,6 +537,7 @@ impl EventLog for RedisLog {
     ) -> Result<Vec<EventId>, LogError> {
         let keys = self.keys(thread);
         let outcome = keys.outcome(AppendToken::random());
+        let sharded = self.inner.target.is_cluster();
         let config = &self.inner.config;
         let retention = &config.retention;
         let args = AppendArgs {
@@ -549,7 +552,14 @@ impl EventLog for RedisLog {
             max_age_ms: retention.max_age_ms(),
             idle_ttl_ms: retention.idle_ttl_ms(),
             producer: extras.producer.as_ref(),
-            channel: &self.inner.channel,
+            // A cluster: the thread's own shard channel (`SPUBLISH`, in its slot); else the
+            // one channel of every thread.
+            channel: if sharded {
+                &keys.notes
+            } else {
+                &self.inner.channel
+            },
+            sharded,
             thread,
             record_ttl_ms: config.record_ttl_ms(),
             events,

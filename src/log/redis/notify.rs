@@ -31,9 +31,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// The channel the append script publishes on: `<prefix>:appended` (no hash tag: a channel is
-/// not a key; Redis Cluster forwards `PUBLISH` to every node, so a subscription on any node
-/// gets every note).
+/// The channel the append script publishes on with a single Redis: `<prefix>:appended`. On a
+/// Redis Cluster each thread has its own shard channel instead (`tail/notes.rs`).
 pub(super) fn channel(prefix: &str) -> String {
     format!("{prefix}:appended")
 }
@@ -145,7 +144,7 @@ pub(super) struct SubscriberConfig {
 /// dropped ([`Notice::Down`]) and taken again after a pause, so memory stays bounded and the
 /// reader catches up from the streams, which hold everything.
 pub(super) async fn run_subscriber(
-    seeds: Vec<Client>,
+    client: Client,
     config: SubscriberConfig,
     tx: mpsc::Sender<Notice>,
     probe: Arc<Probe>,
@@ -158,12 +157,7 @@ pub(super) async fn run_subscriber(
         let subscribed = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return,
-            // A cluster propagates every `PUBLISH` to every node: any seed will do; the next
-            // one is tried after a failure.
-            s = tokio::time::timeout(
-                config.op_timeout,
-                subscribe(&seeds[failures as usize % seeds.len()], &config.channel),
-            ) => s,
+            s = tokio::time::timeout(config.op_timeout, subscribe(&client, &config.channel)) => s,
         };
         let (mut sink, mut stream) = match subscribed {
             Ok(Ok(pair)) => pair,

@@ -73,6 +73,8 @@ pub(super) struct Keys {
     pub meta: String,
     /// `<prefix>:{<thread>}:ckpt`, the checkpoints.
     pub ckpt: String,
+    /// `<prefix>:{<thread>}:n`, the thread's shard channel of append notes on a cluster.
+    pub notes: String,
     /// `<prefix>:{<thread>}:o:`, followed by an append's token: its outcome key
     /// ([`Keys::outcome`]).
     outcome_prefix: String,
@@ -84,6 +86,7 @@ impl Keys {
             stream: format!("{prefix}:{{{thread}}}:log"),
             meta: format!("{prefix}:{{{thread}}}:meta"),
             ckpt: format!("{prefix}:{{{thread}}}:ckpt"),
+            notes: format!("{prefix}:{{{thread}}}:n"),
             outcome_prefix: format!("{prefix}:{{{thread}}}:o:"),
         }
     }
@@ -202,11 +205,13 @@ pub(super) struct AppendArgs<'a> {
     pub producer: Option<&'a ProducerMark>,
     /// ARGV 12: the append-note channel (empty: no note).
     pub channel: &'a str,
+    /// ARGV 16: `SPUBLISH` on the thread's shard channel (a cluster) rather than `PUBLISH`.
+    pub sharded: bool,
     /// ARGV 13: the thread (for the note).
     pub thread: &'a ThreadId,
     /// ARGV 15: how long the outcome record lives, in ms.
     pub record_ttl_ms: u64,
-    /// ARGV 14 (their AG-UI types, for the note) and ARGV 16…: the events' JSON.
+    /// ARGV 14 (their AG-UI types, for the note) and ARGV 17…: the events' JSON.
     pub events: &'a [ValidEvent],
 }
 
@@ -244,10 +249,16 @@ impl ScriptArgs for AppendArgs<'_> {
         call.push_arg(self.thread.as_str());
         call.push_arg(note_types(self.events));
         call.push_arg(self.record_ttl_ms);
+        call.push_arg(publish_command(self.sharded));
         for ev in self.events {
             call.push_arg(&ev.json[..]);
         }
     }
+}
+
+/// `SPUBLISH` (a shard channel of a cluster) or `PUBLISH`.
+fn publish_command(sharded: bool) -> &'static str {
+    if sharded { "SPUBLISH" } else { "PUBLISH" }
 }
 
 /// The batch's AG-UI types, separated by spaces (ARGV 14 of the append script, for its note).
@@ -361,6 +372,8 @@ pub(super) struct ProbeArgs<'a> {
     pub node: &'a str,
     /// ARGV 3: how long the probe stream outlives the node's last probe, in ms.
     pub ttl_ms: u64,
+    /// ARGV 4: `SPUBLISH` on the probe's shard channel (a cluster) rather than `PUBLISH`.
+    pub sharded: bool,
 }
 
 impl ScriptArgs for ProbeArgs<'_> {
@@ -373,5 +386,6 @@ impl ScriptArgs for ProbeArgs<'_> {
         call.push_arg(self.channel);
         call.push_arg(self.node);
         call.push_arg(self.ttl_ms);
+        call.push_arg(publish_command(self.sharded));
     }
 }

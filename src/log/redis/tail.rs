@@ -5,11 +5,13 @@
 //! combine.
 
 mod cluster;
+mod notes;
 mod probe;
 mod reads;
 
 pub(super) use probe::{NOTE_PREFIX as PROBE_PREFIX, Probe};
 
+use super::conn::Target;
 use super::notify::{self, Note, Notice};
 use super::{Inner, RedisLogConfig};
 use crate::event::ThreadId;
@@ -68,15 +70,35 @@ pub(super) fn start(
             shared.waker_wake.notify_one();
         }
     };
-    tokio::spawn(notify::run_subscriber(
-        log.target.seeds(),
-        subscriber,
-        notice_tx,
-        log.probe.clone(),
-        shutdown.clone(),
-        on_up,
-        backoff,
-    ));
+    match &log.target {
+        Target::Single(client) => {
+            tokio::spawn(notify::run_subscriber(
+                client.clone(),
+                subscriber,
+                notice_tx,
+                log.probe.clone(),
+                shutdown.clone(),
+                on_up,
+                backoff,
+            ));
+        }
+        // Sharded pub/sub: one subscription per followed thread, on its shard.
+        Target::Cluster { notes: client, .. } => {
+            let config = notes::NotesConfig {
+                client: client.clone(),
+                prefix: config.prefix.clone(),
+                op_timeout: config.op_timeout,
+                resync_every: block_of(config),
+            };
+            tokio::spawn(notes::run(
+                config,
+                shared.clone(),
+                log.probe.clone(),
+                notice_tx,
+                shutdown.clone(),
+            ));
+        }
+    }
     tokio::spawn(probe::run(log.clone(), shutdown.clone()));
     tokio::spawn(run_waker(log.clone(), shared.clone(), shutdown));
     Arc::new(RedisTail { shared })
@@ -90,6 +112,8 @@ struct TailShared {
     reader_wake: Notify,
     /// Wakes the waker, which then unblocks the reader's `XREAD`.
     waker_wake: Notify,
+    /// Wakes the cluster's note subscriber (`notes.rs`) when the follows change.
+    notes_wake: Notify,
     /// `CLIENT ID` of the reader's connection; `0` while it has none.
     reader_client_id: AtomicU64,
     /// The [`TailState::generation`] the reader's current `XREAD` was built from.
@@ -148,12 +172,20 @@ impl Tail for RedisTail {
         // Lock dropped before notifying.
         self.shared.reader_wake.notify_one();
         self.shared.waker_wake.notify_one();
+        self.shared.notes_wake.notify_one();
     }
 
     fn unfollow(&self, thread: &ThreadId) {
-        let mut state = self.shared.state.lock();
-        if state.follows.remove(thread).is_some() {
-            state.generation += 1;
+        let removed = {
+            let mut state = self.shared.state.lock();
+            let removed = state.follows.remove(thread).is_some();
+            if removed {
+                state.generation += 1;
+            }
+            removed
+        };
+        if removed {
+            self.shared.notes_wake.notify_one();
         }
     }
 }

@@ -198,6 +198,7 @@ async fn a_repeated_append_returns_its_ids_and_appends_once() {
         idle_ttl_ms: 0,
         producer: None,
         channel: "",
+        sharded: false,
         thread: &thread,
         record_ttl_ms: 60_000,
         events: &events,

@@ -23,7 +23,10 @@
 -- ARGV[13] thread id      (for the note)
 -- ARGV[14] event types    the events' AG-UI types separated by spaces (for the note)
 -- ARGV[15] record TTL ms  how long the outcome record lives
--- ARGV[16…] one compact JSON per event
+-- ARGV[16] publish        'PUBLISH' (a single Redis: one channel for every thread) or
+--                         'SPUBLISH' (a cluster: ARGV[12] is the thread's own shard channel,
+--                         in the slot of KEYS)
+-- ARGV[17…] one compact JSON per event
 --
 -- Returns {epoch, {entry id…}}, or {'conflict', epoch, info} when the log's epoch or
 -- last-generated-id is not the expected one (nothing appended, nothing changed), or
@@ -74,7 +77,7 @@ if ARGV[4] ~= '' then
     end
   end
 end
-if #ARGV < 16 then
+if #ARGV < 17 then
   return {ep, {}}
 end
 if ARGV[12] ~= '' and ARGV[4] == '' then
@@ -95,7 +98,7 @@ if in_use then
   cap = '0'
 end
 local ids = {}
-for i = 16, #ARGV do
+for i = 17, #ARGV do
   if cap ~= '0' then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
@@ -154,12 +157,12 @@ if ARGV[12] ~= '' then
   local i = 0
   for ty in string.gmatch(ARGV[14], '%S+') do
     i = i + 1
-    local e = ARGV[15 + i]
+    local e = ARGV[16 + i]
     note[#note + 1] = ids[i] .. ' ' .. ty .. ' ' .. #e .. '\n'
     note[#note + 1] = e
   end
   if i == #ids then
-    redis.call('PUBLISH', ARGV[12], table.concat(note))
+    redis.call(ARGV[16], ARGV[12], table.concat(note))
   end
 end
 return {ep, ids}

@@ -39,6 +39,8 @@ pub(in crate::log::redis) struct Probe {
     node: String,
     /// `<prefix>:probe:{<node id>}`.
     pub(in crate::log::redis) key: String,
+    /// `<prefix>:probe:{<node id>}:n`: the probe's shard channel on a cluster (its slot).
+    pub(in crate::log::redis) channel: String,
     /// A probe not back within this long is a stall.
     stall_after: Duration,
     /// Period of the probes.
@@ -131,6 +133,7 @@ impl Probe {
         let stall_after = stall_after.max(block.saturating_mul(3));
         Probe {
             key: format!("{prefix}:probe:{{{node}}}"),
+            channel: format!("{prefix}:probe:{{{node}}}:n"),
             node,
             every: (stall_after / 5)
                 .min(Duration::from_secs(1))
@@ -246,6 +249,7 @@ impl Probe {
 /// every other call.
 pub(super) async fn run(log: Arc<Inner>, shutdown: CancellationToken) {
     let probe = log.probe.clone();
+    let sharded = log.target.is_cluster();
     let mut tick = tokio::time::interval(probe.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ttl_ms = u64::try_from(
@@ -265,9 +269,14 @@ pub(super) async fn run(log: Arc<Inner>, shutdown: CancellationToken) {
         probe.check();
         let args = ProbeArgs {
             key: &probe.key,
-            channel: &log.channel,
+            channel: if sharded {
+                &probe.channel
+            } else {
+                &log.channel
+            },
             node: &probe.node,
             ttl_ms,
+            sharded,
         };
         let mut conn = log.conn.clone();
         let sent = Instant::now();
