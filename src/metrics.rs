@@ -65,6 +65,15 @@ pub const TAIL_STALLED: &str = "agui_redis_tail_stalled";
 /// Counter: stalls the Redis tail detected and reconnected from, by `path` (`read`: the
 /// reader's connection; `notes`: the subscription to the append notes).
 pub const TAIL_STALLS: &str = "agui_redis_tail_stalls_total";
+/// Gauge: entries in the Redis streams of the threads this node follows, summed (sampled
+/// every ten `redis_block`s, at most 4,096 streams).
+pub const STREAM_ENTRIES: &str = "agui_redis_followed_stream_entries";
+/// Gauge: entries in the longest Redis stream this node follows (same sample).
+pub const STREAM_ENTRIES_MAX: &str = "agui_redis_followed_stream_entries_max";
+/// Gauge: bytes (`MEMORY USAGE`) of the Redis streams this node follows, summed (same sample).
+pub const STREAM_BYTES: &str = "agui_redis_followed_stream_bytes";
+/// Gauge: bytes of the largest Redis stream this node follows (same sample).
+pub const STREAM_BYTES_MAX: &str = "agui_redis_followed_stream_bytes_max";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -193,6 +202,24 @@ fn describe() {
         "From writing the newest probe the Redis tail read back to reading it."
     );
     describe_gauge!(TAIL_STALLED, "1 while the Redis tail is stalled, else 0.");
+    describe_gauge!(
+        STREAM_ENTRIES,
+        "Entries in the Redis streams of the threads this node follows, summed."
+    );
+    describe_gauge!(
+        STREAM_ENTRIES_MAX,
+        "Entries in the longest Redis stream this node follows."
+    );
+    describe_gauge!(
+        STREAM_BYTES,
+        Unit::Bytes,
+        "Bytes of the Redis streams of the threads this node follows, summed."
+    );
+    describe_gauge!(
+        STREAM_BYTES_MAX,
+        Unit::Bytes,
+        "Bytes of the largest Redis stream this node follows."
+    );
     describe_counter!(
         TAIL_STALLS,
         "Stalls the Redis tail detected and reconnected from, by path (read, notes)."

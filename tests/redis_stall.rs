@@ -12,7 +12,9 @@
 //!   node is not ready (and says why) for as long as it lasts, and ready again after, with
 //!   every event delivered once.
 //!
-//! The two tests run one at a time: the stall gauge is process-wide.
+//! - the sizes of the streams a node follows are observable in aggregate.
+//!
+//! The tests run one at a time: the gauges are process-wide.
 
 mod common;
 
@@ -238,5 +240,40 @@ async fn a_half_open_tail_makes_the_node_unready_until_it_reads_again() {
         assert!(Instant::now() < deadline, "agui_redis_tail_stalled still 1");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    server.stop().await;
+}
+
+/// The sizes of the streams a node follows are observable in aggregate: entries and bytes,
+/// summed and largest (sampled every ten `redis_block`s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followed_stream_sizes_are_observable() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start().await;
+    let proxy = Proxy::start(redis.port()).await;
+    let server = start_broker(&proxy).await;
+    let base = broker::base(server.addr);
+    let (small, large) = (broker::thread_id("small"), broker::thread_id("large"));
+    let _subs = (
+        start_run(&base, &small).await,
+        start_run(&base, &large).await,
+    );
+    for i in 0..3 {
+        publish(&base, &small, &custom(i)).await;
+    }
+    for i in 0..5 {
+        publish(&base, &large, &custom(i)).await;
+    }
+    metric_reaches(&base, "agui_redis_followed_stream_entries", &[], 10.0).await;
+    assert_eq!(
+        sse_client::metric(&base, "agui_redis_followed_stream_entries", &[]).await,
+        10.0
+    );
+    assert_eq!(
+        sse_client::metric(&base, "agui_redis_followed_stream_entries_max", &[]).await,
+        6.0
+    );
+    let bytes = sse_client::metric(&base, "agui_redis_followed_stream_bytes", &[]).await;
+    let largest = sse_client::metric(&base, "agui_redis_followed_stream_bytes_max", &[]).await;
+    assert!(largest > 0.0 && largest < bytes, "{largest} of {bytes}");
     server.stop().await;
 }

@@ -53,6 +53,7 @@ pub(super) fn start(
         scan_at: Instant::now(),
         scan_now: true,
         dirty: HashSet::new(),
+        sample_at: Instant::now(),
     };
     tokio::spawn(reader.run());
     let config = &log.config;
@@ -245,6 +246,8 @@ struct TailReader {
     scan_now: bool,
     /// Followed threads to read after their cursor (a note did not continue them).
     dirty: HashSet<ThreadId>,
+    /// When the followed streams' sizes are next sampled (`reads.rs`, `sample_streams`).
+    sample_at: Instant,
 }
 
 /// Most dirty threads read in one pipeline.
@@ -346,6 +349,10 @@ impl TailReader {
     async fn step(&mut self) -> Result<Flow, LogError> {
         if let Flow::Stop = self.take_notices().await {
             return Ok(Flow::Stop);
+        }
+        if self.conn.is_some() && Instant::now() >= self.sample_at {
+            self.sample_at = Instant::now() + sample_every(&self.log.config);
+            return self.sample_streams().await;
         }
         // Before the follows are read: a follow made after this sees `blocking` set and is
         // unblocked by the waker, or is seen by this step's snapshot.
@@ -702,6 +709,11 @@ impl TailReader {
             update(follow);
         }
     }
+}
+
+/// Period of the samples of the followed streams' sizes: ten `block`s, within 1 s … 60 s.
+fn sample_every(config: &RedisLogConfig) -> Duration {
+    (config.block * 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// The configured block time, at least 1 ms (`BLOCK 0` would wait forever).

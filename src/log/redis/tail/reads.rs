@@ -13,7 +13,9 @@ use crate::log::redis::resp::{
 };
 use crate::log::redis::scripts::{Keys, ReadArgs, ScriptArgs};
 use crate::log::{Epoch, EventId, LogError, LogHead, StreamPos, TailItem};
-use crate::metrics::BACKEND_UP;
+use crate::metrics::{
+    BACKEND_UP, STREAM_BYTES, STREAM_BYTES_MAX, STREAM_ENTRIES, STREAM_ENTRIES_MAX,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 use std::collections::HashMap;
@@ -524,6 +526,56 @@ impl TailReader {
                 return Ok(Flow::Stop);
             }
         }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Most followed streams one sample of sizes covers (the first ones of the follow map).
+const SAMPLED_STREAMS: usize = 4096;
+
+impl TailReader {
+    /// Samples the sizes of the followed streams (at most [`SAMPLED_STREAMS`]): `XLEN` and
+    /// `MEMORY USAGE` of each, pipelined, into the aggregate gauges (sum and largest, entries
+    /// and bytes). A reply that is an error (`MEMORY` denied by ACLs) counts as 0.
+    pub(super) async fn sample_streams(&mut self) -> Result<Flow, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let keys: Vec<String> = {
+            let state = self.shared.state.lock();
+            state
+                .follows
+                .keys()
+                .take(SAMPLED_STREAMS)
+                .map(|t| Keys::new(&prefix, t).stream)
+                .collect()
+        };
+        let (mut entries, mut bytes) = ((0u64, 0u64), (0u64, 0u64));
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            let mut slots = Vec::with_capacity(keys.len() * 2);
+            for key in &keys {
+                pipe.cmd("XLEN").arg(key);
+                pipe.cmd("MEMORY").arg("USAGE").arg(key);
+                slots.extend([slot_of(key.as_bytes()); 2]);
+            }
+            let op_timeout = self.log.config.op_timeout;
+            let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
+                return Ok(Flow::Stop);
+            };
+            let n = |v: &Value| match v {
+                Value::Int(n) => u64::try_from(*n).unwrap_or(0),
+                _ => 0,
+            };
+            for pair in replies.chunks_exact(2) {
+                let (len, size) = (n(&pair[0]), n(&pair[1]));
+                entries = (entries.0 + len, entries.1.max(len));
+                bytes = (bytes.0 + size, bytes.1.max(size));
+            }
+        }
+        metrics::gauge!(STREAM_ENTRIES).set(entries.0 as f64);
+        metrics::gauge!(STREAM_ENTRIES_MAX).set(entries.1 as f64);
+        metrics::gauge!(STREAM_BYTES).set(bytes.0 as f64);
+        metrics::gauge!(STREAM_BYTES_MAX).set(bytes.1 as f64);
         Ok(Flow::Continue)
     }
 }
