@@ -7,7 +7,9 @@
 #   3. makes sure `python3 -m venv` works (python3-venv), for the Python example agent's test;
 #   4. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`, then the load
 #      generator's smoke run (loadtest/smoke.sh) and the fault suite's short form
-#      (loadtest/faults/run.sh: private redis-servers and brokers, about 2-3 minutes).
+#      (loadtest/faults/run.sh: private redis-servers and brokers, about 2-3 minutes);
+#   5. checks deploy/ (scripts/check-deploy.sh: the Kubernetes overlays render, validate and pass
+#      checkov; the alert rules pass promtool's check and unit tests; installs its own tools).
 # Exits with the first failing step's code. A Redis started here is left running.
 set -euo pipefail
 
@@ -107,6 +109,7 @@ log "cargo test --doc"
 cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
 bash loadtest/smoke.sh || { smoke_status=$?; [[ $status -ne 0 ]] || status=$smoke_status; }
 bash loadtest/faults/run.sh || { faults_status=$?; [[ $status -ne 0 ]] || status=$faults_status; }
+bash scripts/check-deploy.sh || { deploy_status=$?; [[ $status -ne 0 ]] || status=$deploy_status; }
 if [[ $status -eq 0 ]]; then
   log "all tests passed"
 else

@@ -2,7 +2,8 @@
 //! drains gracefully: readiness turns false, a subscribe is told to reconnect, streams end
 //! themselves within the drain period (each at a jittered moment, with a short jittered
 //! `retry:`), SSE ingests still open at its end answer with what they appended, in-flight
-//! publishes complete, and only then does the process exit (PROTOCOL §9).
+//! publishes complete, and only then does the process exit (PROTOCOL §9). Gateway runs still
+//! going at the end of the drain period end with `RUN_ERROR` `broker_shutdown` (PROTOCOL §11).
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -134,6 +135,8 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         config.strict_order,
         config.retention.max_events,
     );
+    let gateway = crate::gateway::Gateway::new(&config, ingest.clone(), log.clone())
+        .map_err(anyhow::Error::msg)?;
     // Stopped with the hub: a sweep may still close a run while streams drain.
     if !config.runs.orphan_timeout.is_zero() {
         ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
@@ -145,6 +148,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         log,
         ingest,
         hub,
+        gateway,
         metrics: crate::metrics::install(),
         draining: Arc::new(AtomicBool::new(false)),
         drain_ended: CancellationToken::new(),
@@ -152,6 +156,16 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         cors,
         bodies,
     };
+    // Every family on /metrics from start, and `agui_backend_up` from a first ping rather than
+    // from the first operation (an alert on it must not wait for traffic).
+    crate::metrics::export_zero_series(
+        crate::event::EventType::ALL.iter().map(|t| t.as_str()),
+        !state.config.redis_url.is_empty(),
+    );
+    let up = state.log.ping().await.is_ok();
+    metrics::gauge!(crate::metrics::BACKEND_UP).set(if up { 1.0 } else { 0.0 });
+    // Zero series for the gateway's bounded labels (after the recorder is installed).
+    crate::gateway::describe_metrics();
     let upkeep = tokio::spawn(crate::metrics::run_upkeep(state.metrics.clone()));
     let router = http::router(state.clone());
     let drain = state.config.shutdown.drain;
@@ -175,6 +189,9 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
                 // reading and answer with what they appended.
                 tokio::time::sleep(drain).await;
                 state.drain_ended.cancel();
+                // Gateway runs still going end now, each with a `RUN_ERROR` (PROTOCOL §11),
+                // which also ends their callers' responses.
+                state.gateway.stop(DRAIN_GRACE).await;
             }
         };
         // Counted from SIGTERM, not from when the accept loop ends: a task of its own.

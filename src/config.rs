@@ -5,6 +5,8 @@
 //! Environment names: top-level keys as `AGUI_<KEY>` (`AGUI_LISTEN`, `AGUI_REDIS_URL`), nested
 //! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
 
+pub mod agents;
+
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -32,6 +34,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "retention",
     "runs",
     "shutdown",
+    "agents",
 ];
 
 /// Environment variables (after `AGUI_`) taken verbatim as strings, not parsed as values the
@@ -104,6 +107,9 @@ pub struct Config {
     pub runs: RunsConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// The run gateway's upstream agents, by name (`[agents.<name>]`, PROTOCOL §11); none by
+    /// default.
+    pub agents: std::collections::BTreeMap<String, agents::AgentConfig>,
 }
 
 /// JWT bearer tokens (PROTOCOL §8; see `http::auth`). Authentication is on when
@@ -188,6 +194,12 @@ pub struct SseConfig {
     /// written by the connection front and to every connection served by hyper (whose write
     /// timeout would otherwise cut a slow but steady reader of a 4 MiB buffer).
     pub send_buffer: usize,
+    /// Rebalancing: a stream older than this ends with a short `retry:` (humantime, e.g.
+    /// `"30m"`), each stream at a moment drawn from ¾× to 1× of it, so that after a scale-out
+    /// clients spread onto the new nodes; they resume exactly with `Last-Event-ID` (PROTOCOL
+    /// §9). Unset or `"0s"`: streams last as long as their clients stay.
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub max_stream_age: Option<Duration>,
 }
 
 /// Per-connection queue bounds (PROTOCOL §5). A subscriber whose queue would exceed either bound
@@ -284,6 +296,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             runs: RunsConfig::default(),
             shutdown: ShutdownConfig::default(),
+            agents: Default::default(),
         }
     }
 }
@@ -317,6 +330,7 @@ impl Default for SseConfig {
             heartbeat: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             send_buffer: 256 << 10,
+            max_stream_age: None,
         }
     }
 }
@@ -650,6 +664,7 @@ impl Config {
                 "cors.allow_origins: {o:?} is not an origin (scheme://host[:port], no path)"
             )));
         }
+        agents::validate(&self.agents).map_err(ConfigError::Invalid)?;
         if !self.listen.ip().is_loopback() && !self.auth.enabled() && !self.insecure {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on {} without authentication (PROTOCOL §8): set \

@@ -446,6 +446,44 @@ impl Ingest {
         }
     }
 
+    /// Runs `f` on the thread's fold at the log's latest position: this node's cached fold,
+    /// caught up with whatever other nodes appended meanwhile (one read when nothing was). The
+    /// run gateway checks a new run against it (the thread's current run, the messages it
+    /// holds), where the hub's fold may still lag the log by the tail's delay. `Ok(None)` when
+    /// no fold is kept (order checks off and no checkpoints) or it cannot be rebuilt (trimmed
+    /// without a checkpoint).
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    pub async fn with_latest_fold<R>(
+        &self,
+        thread: &ThreadId,
+        f: impl FnOnce(&ThreadFold) -> R,
+    ) -> Result<Option<R>, LogError> {
+        if !self.keeps_fold() {
+            return Ok(None);
+        }
+        let cached = self.cached(thread);
+        let mut c = cached.lock().await;
+        c.used = Instant::now();
+        let (head, fold) = self.position(thread, &mut c).await?;
+        let Some(fold) = fold else {
+            c.at = Some((head, None));
+            return Ok(None);
+        };
+        if !self
+            .catch_up_cached(thread, &mut c, fold, head, None)
+            .await?
+        {
+            // Trimmed or recreated meanwhile: rebuilt from the log (`c.at` is `None`).
+            let (head, fold) = self.position(thread, &mut c).await?;
+            let result = fold.as_ref().map(f);
+            c.at = Some((head, fold));
+            return Ok(result);
+        }
+        Ok(c.at.as_ref().and_then(|(_, fold)| fold.as_ref()).map(f))
+    }
+
     fn cached(&self, thread: &ThreadId) -> Arc<Mutex<Cached>> {
         if let Some(c) = self.shared.threads.get(thread) {
             return c.clone();

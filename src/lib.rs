@@ -12,6 +12,8 @@
 //!
 //! - [`http`]: the router: publish, subscribe, snapshot, health, metrics; JSON errors; auth.
 //! - [`stream`]: the subscriber's writers (hyper body, direct socket) that drain the queue.
+//! - [`gateway`]: the AG-UI run gateway: runs an upstream agent, appends its events through
+//!   [`ingest`], answers the caller with them.
 //! - [`ingest`]: the publish pipeline: order checks, compare-and-append, checkpoints.
 //! - [`hub`]: one reader per thread per node; fan-out of frames encoded once into queues.
 //! - [`queue`]: the per-connection bounded queue (frames, coalescing, reset).
@@ -29,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod event;
 pub mod fold;
+pub mod gateway;
 pub mod http;
 pub mod hub;
 pub mod ingest;

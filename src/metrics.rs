@@ -3,6 +3,13 @@
 //!
 //! Naming follows the Prometheus conventions: counters end in `_total`, units in the name,
 //! bounded labels only (event type, outcome, cause, reason; never a thread id or an address).
+//!
+//! Every family is on `/metrics` from start ([`export_zero_series`]): a counter series that
+//! first appears at 1 is invisible to `rate()` and `increase()`, so an alert on the first
+//! backend error or reset would never fire, and a rule on a family absent until then would not
+//! even match. The process's own figures (CPU, resident memory, open file descriptors and their
+//! limit) use the standard `process_*` names of Prometheus client libraries
+//! ([`collect_process`]), so stock dashboards and rules work on them.
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -29,7 +36,7 @@ pub const SKIPPED: &str = "agui_events_skipped_total";
 /// unknown, invalid, bridge; PROTOCOL §9).
 pub const RESETS: &str = "agui_resets_total";
 /// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity,
-/// backend, write_timeout, token_expired; PROTOCOL §9).
+/// backend, write_timeout, token_expired, max_age; PROTOCOL §9).
 pub const DISCONNECTS: &str = "agui_disconnects_total";
 /// Counter: backend operations that failed, by `backend` and `op`.
 pub const BACKEND_ERRORS: &str = "agui_backend_errors_total";
@@ -75,7 +82,87 @@ pub const STREAM_BYTES: &str = "agui_redis_followed_stream_bytes";
 /// Gauge: bytes of the largest Redis stream this node follows (same sample).
 pub const STREAM_BYTES_MAX: &str = "agui_redis_followed_stream_bytes_max";
 
+/// Counter: gateway runs whose `RUN_STARTED` was appended (PROTOCOL §11).
+pub const RUNS_STARTED: &str = "agui_runs_started_total";
+/// Counter: gateway runs ended, by `outcome` (finished, interrupted, error, failed, cancelled,
+/// shutdown, abandoned; PROTOCOL §11).
+pub const RUNS_ENDED: &str = "agui_runs_ended_total";
+/// Counter: gateway runs ended by an upstream failure, by `cause` (the `RUN_ERROR` code:
+/// upstream_unavailable, upstream_status, upstream_disconnected, upstream_timeout,
+/// upstream_invalid).
+pub const UPSTREAM_ERRORS: &str = "agui_upstream_errors_total";
+/// Histogram: seconds from a gateway run's request to its end (its terminal event appended).
+pub const RUN_DURATION: &str = "agui_run_duration_seconds";
+/// Gauge: gateway runs active on this node.
+pub const RUNS_ACTIVE: &str = "agui_runs_active";
+
+/// Buckets of [`RUN_DURATION`], seconds: agent runs last from a second to many minutes.
+const RUN_DURATION_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
+/// Gauge: always 1, labelled with the broker's `version` (Cargo package version), so a
+/// dashboard or an alert can tell which build each pod runs (mixed during a rollout).
+pub const BUILD_INFO: &str = "agui_build_info";
+/// Histogram: seconds from the log assigning an entry its id to this node's fan-out reading it
+/// (the node's tail lag), per batch of the tail, for the batch's oldest entry. Only for a
+/// backend whose entry ids carry the time (Redis: the server's clock in milliseconds, so
+/// clock skew between Redis and the node adds to it); the memory log records nothing.
+pub const APPEND_TO_READ: &str = "agui_append_to_read_seconds";
+
+/// Buckets of [`APPEND_TO_READ`], seconds: milliseconds when the tail keeps up, up to minutes
+/// when it stalls (the tail-lag alert fires at 5 s).
+const APPEND_TO_READ_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// Label values of `agui_resets_total{cause}` (PROTOCOL §9).
+pub const RESET_CAUSES: &[&str] = &[
+    "overflow", "trimmed", "epoch", "ahead", "unknown", "invalid", "bridge",
+];
+/// Label values of `agui_resumes_total{outcome}`.
+pub const RESUME_OUTCOMES: &[&str] = &["exact", "prelude"];
+/// Label values of `agui_disconnects_total{cause}`.
+pub const DISCONNECT_CAUSES: &[&str] = &[
+    "overflow",
+    "discontinuity",
+    "backend",
+    "write_timeout",
+    "token_expired",
+    "max_age",
+];
+/// Label values of `agui_append_outcomes_settled_total{outcome}`.
+pub const SETTLED_OUTCOMES: &[&str] = &["appended", "not_appended", "unknown"];
+/// The `reason`s of `agui_events_rejected_total` that a well-formed publish can get for its
+/// events or from the log (the error codes of PROTOCOL §2), exported from start.
+pub const REJECT_REASONS: &[&str] = &[
+    "invalid_event",
+    "order_violation",
+    "state_delta_not_applicable",
+    "state_delta_ambiguous_path",
+    "too_large",
+    "backend_unavailable",
+    "append_outcome_unknown",
+    "contended",
+];
+/// Event types a reset can drop without a snapshot restating them (`agui_events_skipped_total`).
+pub const SKIPPED_TYPES: &[&str] = &["CUSTOM", "RAW"];
+/// The `op`s of `agui_backend_errors_total{backend="redis"}` and
+/// `agui_backend_latency_seconds{backend="redis"}`.
+pub const REDIS_OPS: &[&str] = &[
+    "append",
+    "producer",
+    "checkpoint",
+    "read",
+    "head",
+    "ping",
+    "runs",
+    "tail",
+    "notify",
+];
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
 
 /// Installs the Prometheus recorder (once per process; later calls return the same handle)
 /// and describes every metric.
@@ -89,6 +176,16 @@ pub fn install() -> PrometheusHandle {
                         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     ],
                 )
+                .expect("bucket list is non-empty (a constant)")
+                // A full-name match wins over the suffix match above: a stalled tail's lag
+                // grows to seconds and minutes, past the latency buckets.
+                .set_buckets_for_metric(
+                    Matcher::Full(APPEND_TO_READ.into()),
+                    APPEND_TO_READ_BUCKETS,
+                )
+                .expect("bucket list is non-empty (a constant)")
+                // Likewise for the gateway's run durations.
+                .set_buckets_for_metric(Matcher::Full(RUN_DURATION.into()), RUN_DURATION_BUCKETS)
                 .expect("bucket list is non-empty (a constant)");
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -98,12 +195,95 @@ pub fn install() -> PrometheusHandle {
             // Resolved once: the per-write histogram is on the hot path, and the macro looks
             // the key up in the registry at every call.
             let _ = PUBLISH_TO_WRITE_HANDLE.set(metrics::histogram!(PUBLISH_TO_WRITE));
+            let process = PROCESS.get_or_init(metrics_process::Collector::default);
+            process.describe();
+            process.collect();
+            metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             handle
         })
         .clone()
 }
 
 static PUBLISH_TO_WRITE_HANDLE: OnceLock<metrics::Histogram> = OnceLock::new();
+
+/// Exports a zero series for every bounded label set (and the unlabelled families), so that
+/// `/metrics` lists every family from start. `event_types`: the AG-UI event types (the `type`
+/// label of the event counters). `redis`: the log backend is Redis (its `op`s get series; a
+/// memory-log node has no backend errors to show). Idempotent: adds 0 to counters and gauges.
+pub fn export_zero_series(event_types: impl IntoIterator<Item = &'static str>, redis: bool) {
+    use metrics::{counter, gauge, histogram};
+    for t in event_types {
+        counter!(PUBLISHED, "type" => t).increment(0);
+        counter!(DELIVERED, "type" => t).increment(0);
+        counter!(COALESCED, "type" => t).increment(0);
+    }
+    for &t in SKIPPED_TYPES {
+        counter!(SKIPPED, "type" => t).increment(0);
+    }
+    for &r in REJECT_REASONS {
+        counter!(REJECTED, "reason" => r).increment(0);
+    }
+    for &o in RESUME_OUTCOMES {
+        counter!(RESUMES, "outcome" => o).increment(0);
+    }
+    for &c in RESET_CAUSES {
+        counter!(RESETS, "cause" => c).increment(0);
+    }
+    for &c in DISCONNECT_CAUSES {
+        counter!(DISCONNECTS, "cause" => c).increment(0);
+    }
+    for &o in SETTLED_OUTCOMES {
+        counter!(APPEND_OUTCOMES, "outcome" => o).increment(0);
+    }
+    if redis {
+        for &op in REDIS_OPS {
+            counter!(BACKEND_ERRORS, "backend" => "redis", "op" => op).increment(0);
+            // Registering a histogram exports it with empty buckets.
+            let _ = histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => op);
+        }
+        for path in ["read", "notes"] {
+            counter!(TAIL_STALLS, "path" => path).increment(0);
+        }
+        for name in [
+            TAIL_PROBE_AGE,
+            TAIL_LAG,
+            TAIL_STALLED,
+            STREAM_ENTRIES,
+            STREAM_ENTRIES_MAX,
+            STREAM_BYTES,
+            STREAM_BYTES_MAX,
+        ] {
+            gauge!(name).increment(0.0);
+        }
+    }
+    counter!(INVALID_ENTRIES).increment(0);
+    counter!(RUNS_ORPHANED).increment(0);
+    gauge!(CONNECTIONS).increment(0.0);
+    gauge!(QUEUE_DEPTH).increment(0.0);
+    gauge!(RESETS_PENDING).increment(0.0);
+    let _ = histogram!(APPEND_TO_READ);
+    let _ = histogram!(RUN_DURATION);
+}
+
+/// Reads the process's CPU time, resident and virtual memory, open file descriptors and their
+/// limit, threads and start time into the `process_*` gauges (Linux: from `/proc/self`; about
+/// 10 µs plus one directory entry read per open descriptor). Called at each scrape of
+/// `/metrics`. Before [`install`] this records nothing.
+pub fn collect_process() {
+    if let Some(p) = PROCESS.get() {
+        p.collect();
+    }
+}
+
+/// Records the tail lag of a batch whose oldest entry got its id at `appended_ms` (Unix time in
+/// milliseconds, the log's clock) into [`APPEND_TO_READ`]. A time ahead of this node's clock
+/// (skew) counts as 0.
+pub fn record_append_to_read(appended_ms: u64) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    metrics::histogram!(APPEND_TO_READ).record(now_ms.saturating_sub(appended_ms) as f64 / 1000.0);
+}
 
 /// Records `writes` samples of [`PUBLISH_TO_WRITE`] at the seconds since `born` (writes done
 /// one after the other just now: one clock read for the group). Before [`install`] this records
@@ -183,6 +363,18 @@ fn describe() {
         "Log entries that failed validation and were skipped."
     );
     describe_gauge!(BACKEND_UP, "1 while the log backend answers, else 0.");
+    describe_counter!(RUNS_STARTED, "Gateway runs whose RUN_STARTED was appended.");
+    describe_counter!(RUNS_ENDED, "Gateway runs ended, by outcome.");
+    describe_counter!(
+        UPSTREAM_ERRORS,
+        "Gateway runs ended by an upstream failure, by cause."
+    );
+    describe_histogram!(
+        RUN_DURATION,
+        Unit::Seconds,
+        "From a gateway run's request to its terminal event."
+    );
+    describe_gauge!(RUNS_ACTIVE, "Gateway runs active on this node.");
     describe_counter!(
         RUNS_ORPHANED,
         "Runs closed with RUN_ERROR (orphaned) after runs.orphan_timeout without an event."
@@ -223,5 +415,11 @@ fn describe() {
     describe_counter!(
         TAIL_STALLS,
         "Stalls the Redis tail detected and reconnected from, by path (read, notes)."
+    );
+    describe_gauge!(BUILD_INFO, "Always 1; the build's version as a label.");
+    describe_histogram!(
+        APPEND_TO_READ,
+        Unit::Seconds,
+        "From the log assigning an entry its id to this node's tail reading it (Redis only)."
     );
 }

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["fold"],
     &["queue"],
     &["hub", "ingest"],
-    &["stream"],
+    &["stream", "gateway"],
     &["http"],
     &["app", "cli"],
     &["main", "lib"],

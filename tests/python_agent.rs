@@ -9,7 +9,7 @@
 //! only when `requirements.txt` changes. Needs `python3` with `venv` (Debian: `python3-venv`;
 //! `scripts/test.sh` installs it) and PyPI for the first install.
 //!
-//! The gateway (issue 14) will run the same agent as an upstream of `POST /v1/agents/{name}`.
+//! The gateway (PROTOCOL §11) runs the same agent as an upstream of `POST /v1/agents/{name}`.
 
 mod common;
 
@@ -207,4 +207,83 @@ async fn the_python_sdk_agent_is_accepted_whole_and_folds_right() {
     for r in &results[1..] {
         assert_eq!(agui::fold_diff(r, &results[0]), None, "{}", r.name);
     }
+}
+
+/// The same agent as an upstream of the run gateway (PROTOCOL §11): each run's answer through
+/// `POST /v1/agents/python` is accepted by the real client, and folds to what the broker's log
+/// folds to, the user's questions included (the broker's input echo).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_agent_runs_through_the_gateway() {
+    let agent = PythonAgent::start().await;
+    let upstream = agui_fanout::config::agents::AgentConfig::new(agent.url.clone());
+    let server = broker::start(|c| {
+        c.agents.insert("python".into(), upstream);
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("python-gw");
+    let client = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for (run, question) in [("r1", "convert 250 GBP to EUR"), ("r2", "and 40 USD?")] {
+        let input = json!({
+            "threadId": thread, "runId": run, "state": {}, "tools": [], "context": [],
+            "forwardedProps": {},
+            "messages": [{"id": format!("{run}-user"), "role": "user", "content": question}]
+        });
+        let answer = client
+            .post(format!("{base}/v1/agents/python"))
+            .json(&input)
+            .send()
+            .await
+            .expect("a gateway run");
+        assert_eq!(answer.status(), 200);
+        let body = answer.text().await.expect("the run's answer");
+        let events = agui::body_events(&body);
+        assert_eq!(
+            events.first().map(|e| &e["type"]),
+            Some(&json!("RUN_STARTED"))
+        );
+        assert_eq!(
+            events.last().map(|e| &e["type"]),
+            Some(&json!("RUN_FINISHED")),
+            "{body}"
+        );
+        answers.push(body);
+    }
+    let snapshot: Value = client
+        .get(format!("{base}/v1/threads/{thread}/snapshot"))
+        .send()
+        .await
+        .expect("snapshot")
+        .json()
+        .await
+        .expect("snapshot JSON");
+    let last = snapshot["lastEventId"].as_str().expect("an event id");
+    let log = agui::read_log(&base, &thread, last).await;
+    let results = agui::run_cases(&[
+        Case {
+            name: "the gateway's answers".into(),
+            thread_id: thread.clone(),
+            bodies: answers,
+        },
+        Case {
+            name: "the broker's log".into(),
+            thread_id: thread.clone(),
+            bodies: vec![log],
+        },
+    ]);
+    for r in &results {
+        assert!(r.ok, "{}: {:?}", r.name, r.error);
+        assert_eq!(r.warnings, Vec::<String>::new(), "{}", r.name);
+    }
+    assert_eq!(agui::fold_diff(&results[1], &results[0]), None);
+    assert_eq!(results[1].messages, snapshot["messages"]);
+    let users = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .count();
+    assert_eq!(users, 2, "both questions are in the thread");
+    server.stop().await;
 }

@@ -4,6 +4,7 @@
 //! sockets elsewhere (`fanout_smoke`, `resume`, `conn_front`).
 
 use agui_fanout::config::Config;
+use agui_fanout::gateway::Gateway;
 use agui_fanout::http::{self, AppState};
 use agui_fanout::hub::Hub;
 use agui_fanout::ingest::Ingest;
@@ -25,12 +26,14 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
     let log = agui_fanout::app::build_log(&config)
         .await
         .expect("a memory log");
+    let ingest = Ingest::new(
+        log.clone(),
+        config.strict_order,
+        config.retention.max_events,
+    );
     let state = AppState {
-        ingest: Ingest::new(
-            log.clone(),
-            config.strict_order,
-            config.retention.max_events,
-        ),
+        gateway: Gateway::new(&config, ingest.clone(), log.clone()).expect("a gateway"),
+        ingest,
         hub: Hub::start(
             log.clone(),
             QueueLimits {

@@ -34,6 +34,7 @@ fn settings(ends_at: Option<Instant>) -> StreamSettings {
         heartbeat: HEARTBEAT_EVERY,
         write_timeout: Duration::from_secs(5),
         ends_at,
+        max_age_at: None,
     }
 }
 
@@ -119,6 +120,64 @@ async fn a_stream_ends_when_its_token_expires() {
     assert_eq!(next(&mut body).await.as_deref(), Some(EXPIRED));
     assert_eq!(start.elapsed(), Duration::from_secs(40));
     assert_eq!(next(&mut body).await, None);
+}
+
+/// `sse.max_stream_age` (rebalancing): the stream ends at its age limit with a short jittered
+/// `retry:` (500 ms to 3 s here), also while frames keep flowing (never idle), after writing
+/// what came before; the client resumes with its `Last-Event-ID` wherever it reconnects.
+#[tokio::test(start_paused = true)]
+async fn a_stream_ends_at_its_max_age_with_a_short_retry() {
+    let q = queue();
+    let start = Instant::now();
+    let mut s = settings(None);
+    s.max_age_at = Some(start + Duration::from_secs(40));
+    let body = stream::body(q.clone(), Vec::new(), s, Box::new(()));
+    let mut body = std::pin::pin!(body);
+    assert!(next(&mut body).await.is_some(), "retry: first");
+    // A frame every 10 s: never idle for a heartbeat period.
+    for seq in 1..=4 {
+        q.push_live(&[frame(seq)]).unwrap();
+        assert_eq!(next(&mut body).await, Some(frame(seq).bytes));
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(40));
+    let last = next(&mut body).await.expect("a last frame");
+    let text = std::str::from_utf8(&last).unwrap();
+    let ms: u64 = text
+        .strip_prefix("retry: ")
+        .and_then(|t| t.strip_suffix("\n\n"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("a retry frame: {text:?}"));
+    assert!((500..=3_000).contains(&ms), "{ms}");
+    assert_eq!(next(&mut body).await, None);
+
+    // An idle stream ends on time too: the writer's timer wakes it.
+    let q = queue();
+    let start = Instant::now();
+    let mut s = settings(None);
+    s.max_age_at = Some(start + Duration::from_secs(20));
+    let body = stream::body(q, Vec::new(), s, Box::new(()));
+    let mut body = std::pin::pin!(body);
+    assert!(next(&mut body).await.is_some(), "retry: first");
+    assert_eq!(next(&mut body).await.as_deref(), Some(HEARTBEAT));
+    let last = next(&mut body).await.expect("a last frame");
+    assert!(last.starts_with(b"retry: "), "{last:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(20));
+    assert_eq!(next(&mut body).await, None);
+}
+
+/// Each stream's age limit is drawn from ¾× to 1× of `sse.max_stream_age`, so streams opened
+/// together do not all end together.
+#[test]
+fn stream_age_limits_are_jittered_within_three_quarters_to_one() {
+    let age = Duration::from_secs(1800);
+    let drawn: std::collections::BTreeSet<Duration> =
+        (0..50).map(|_| stream::stream_age_limit(age)).collect();
+    assert!(
+        drawn.iter().all(|d| *d >= age.mul_f64(0.75) && *d <= age),
+        "{drawn:?}"
+    );
+    assert!(drawn.len() > 10, "jittered: {drawn:?}");
 }
 
 /// A `RAW` event's frame at position `0-<seq>` of epoch 1 with `pad` bytes of padding.

@@ -10,7 +10,9 @@ mod types;
 pub mod validate;
 
 pub use types::EventType;
-pub use validate::{ValidationError, json_type, validate_event, validate_value};
+pub use validate::{
+    ValidationError, json_type, validate_event, validate_run_input, validate_value,
+};
 
 use bytes::Bytes;
 use std::fmt;

@@ -115,6 +115,29 @@ pub fn validate_value(
     finish(value, thread)
 }
 
+/// Validates a `RunAgentInput` (AGUI.md §2: the body of an AG-UI run request, what
+/// `RUN_STARTED.input` echoes) with the same tables as that echo: `threadId`, `runId` and
+/// `messages` required, the optional members never `null`, every message, tool, context entry
+/// and resume entry of the right shape. Members it does not describe pass untouched.
+///
+/// # Errors
+/// [`ValidationError`] naming the member at fault relative to the input (`messages[0].role`),
+/// or the input as a whole when it is not an object or nests deeper than [`MAX_DEPTH`].
+pub fn validate_run_input(value: &Value) -> Result<(), ValidationError> {
+    if nested_deeper_than(value, MAX_DEPTH) {
+        return Err(ValidationError::whole(format!(
+            "the input nests arrays and objects more than {MAX_DEPTH} levels deep"
+        )));
+    }
+    let Value::Object(input) = value else {
+        return Err(ValidationError::whole(format!(
+            "a RunAgentInput must be a JSON object, got {}",
+            json_type(value)
+        )));
+    };
+    check_shape(input, schema::RUN_AGENT_INPUT, &Path::Root)
+}
+
 /// Checks a value whose depth is known to be bounded, then serialises it.
 fn finish(value: Value, thread: Option<&ThreadId>) -> Result<ValidEvent, ValidationError> {
     let event_type = check_event(&value, thread)?;

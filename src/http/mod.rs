@@ -1,11 +1,12 @@
-//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, health and
-//! metrics over a shared [`AppState`]; errors are JSON
+//! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, the run gateway
+//! (§11), health and metrics over a shared [`AppState`]; errors are JSON
 //! `{"error":{"code","message","index"?,"field"?}}`.
 //!
 //! Data path position: the edge. Publish enters the path here (→ `event` → `ingest` →
 //! `log`); subscribe leaves it here (`hub` → `queue` → `stream`, whose writers write the
 //! bytes `sse` encodes).
 
+mod agents;
 pub mod auth;
 mod body;
 pub mod conn;
@@ -23,6 +24,7 @@ pub use error::ApiError;
 
 use crate::config::Config;
 use crate::event::ThreadId;
+use crate::gateway::Gateway;
 use crate::hub::Hub;
 use crate::ingest::Ingest;
 use crate::log::EventLog;
@@ -30,7 +32,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
-use axum::routing::get;
+use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +49,8 @@ pub struct AppState {
     pub ingest: Ingest,
     /// The fan-out hub (subscribe registers here).
     pub hub: Hub,
+    /// The run gateway (`POST /v1/agents/{name}`, run cancel; PROTOCOL §11).
+    pub gateway: Gateway,
     /// Prometheus exporter handle rendered by `/metrics`.
     pub metrics: PrometheusHandle,
     /// Set when the node starts draining: `/readyz` fails, a subscribe is told to reconnect
@@ -117,6 +121,11 @@ pub fn router(state: AppState) -> Router {
             get(subscribe::subscribe).post(publish::publish),
         )
         .route("/v1/threads/{thread_id}/snapshot", get(snapshot::snapshot))
+        .route("/v1/agents/{name}", post(agents::run))
+        .route(
+            "/v1/threads/{thread_id}/runs/{run_id}/cancel",
+            post(agents::cancel),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -37,6 +37,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<&'static str
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!(m::QUEUE_DEPTH).set(crate::queue::pending_events() as f64);
     metrics::gauge!(m::RESETS_PENDING).set(crate::queue::pending_resets() as f64);
+    m::collect_process();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

@@ -180,6 +180,12 @@ pub(crate) async fn open(
             let left = at.duration_since(SystemTime::now()).unwrap_or_default();
             tokio::time::Instant::now().checked_add(left)
         }),
+        max_age_at: state
+            .config
+            .sse
+            .max_stream_age
+            .filter(|age| !age.is_zero())
+            .and_then(|age| tokio::time::Instant::now().checked_add(stream::stream_age_limit(age))),
     };
     let sub = match state.hub.subscribe(&thread, start).await {
         Ok(sub) => sub,

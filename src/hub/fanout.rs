@@ -200,6 +200,13 @@ impl Hub {
         });
         let receivers = st.subscribers.len() as u64;
         drop(st);
+        // The tail's lag, once per batch, from its oldest new entry: the memory log's ids carry
+        // no time (0), Redis ids carry the server's clock in milliseconds.
+        if let Some(oldest) = frames.first()
+            && oldest.id.pos.ms > 0
+        {
+            m::record_append_to_read(oldest.id.pos.ms);
+        }
         if cursor == StreamPos::ZERO {
             // The epoch's first entries: a backfill waiting for them can build its prelude.
             th.first_entries.notify_waiters();

@@ -36,6 +36,10 @@ pub struct StreamSettings {
     /// When the stream ends by itself: its token's expiry (PROTOCOL §8). The client reconnects
     /// with its `Last-Event-ID` (and a fresh token); the last frame is [`EXPIRED`].
     pub ends_at: Option<tokio::time::Instant>,
+    /// When the stream ends to rebalance (`sse.max_stream_age`, drawn by [`stream_age_limit`]):
+    /// its last frame is a short jittered `retry:` ([`drain_retry_ms`]), and the client resumes
+    /// exactly with its `Last-Event-ID` on whichever node its next connection reaches.
+    pub max_age_at: Option<tokio::time::Instant>,
 }
 
 /// The last frame of a stream whose token expired.
@@ -54,6 +58,13 @@ pub fn drain_retry_ms(retry_ms: u64) -> u64 {
     rand::random_range(retry_ms / 4..=retry_ms.saturating_mul(3) / 2)
 }
 
+/// How long a stream may last under `sse.max_stream_age = max_age`: uniformly drawn from ¾× to
+/// 1× of it, so that streams opened together (a reconnection wave after a deploy) do not end
+/// together again, and the waves flatten with every round.
+pub fn stream_age_limit(max_age: Duration) -> Duration {
+    max_age.mul_f64(rand::random_range(0.75..=1.0))
+}
+
 impl StreamSettings {
     /// The last words of a stream whose queue was closed for `reason`: the short jittered
     /// `retry:` of a drain ([`drain_retry_ms`], PROTOCOL §9), or a comment naming the cause.
@@ -66,7 +77,10 @@ impl StreamSettings {
 
     /// The writer's next timer deadline: the heartbeat's `due`, or the stream's end if sooner.
     fn next_wake(&self, due: tokio::time::Instant) -> tokio::time::Instant {
-        self.ends_at.map_or(due, |end| end.min(due))
+        [self.ends_at, self.max_age_at]
+            .into_iter()
+            .flatten()
+            .fold(due, |wake, end| wake.min(end))
     }
 }
 
@@ -142,13 +156,15 @@ impl WriterState {
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<Wake> {
         // Checked before the queue, so that a stream that is never idle ends on time too (the
         // timer below wakes an idle one).
-        if self
-            .settings
-            .ends_at
-            .is_some_and(|end| tokio::time::Instant::now() >= end)
-        {
+        let now = tokio::time::Instant::now();
+        if self.settings.ends_at.is_some_and(|end| now >= end) {
             metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "token_expired").increment(1);
             return Poll::Ready(Wake::Closed(Some(Bytes::from_static(EXPIRED))));
+        }
+        if self.settings.max_age_at.is_some_and(|end| now >= end) {
+            metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "max_age").increment(1);
+            let retry = drain_retry_ms(self.settings.retry_ms);
+            return Poll::Ready(Wake::Closed(Some(sse::encode_retry(retry))));
         }
         match self.queue.poll_batch(cx) {
             Poll::Ready(Drained::Frames(bytes)) => return Poll::Ready(Wake::Frames(bytes)),

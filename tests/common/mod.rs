@@ -15,3 +15,4 @@ pub mod redis_tls;
 pub mod sse;
 pub mod sse_client;
 pub mod tcp_proxy;
+pub mod upstream;

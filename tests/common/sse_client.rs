@@ -220,6 +220,17 @@ pub async fn open_raw(
 }
 
 impl RawStream {
+    /// Reads `resp`'s body as SSE (any response: a gateway run's answer, say).
+    pub fn from_response(resp: reqwest::Response) -> RawStream {
+        RawStream {
+            status: resp.status(),
+            headers: resp.headers().clone(),
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+            ended: false,
+        }
+    }
+
     /// The next complete frame; `None` when the stream ended (EOF or a transport error).
     /// Panics if nothing completes a frame within `timeout`.
     pub async fn next_frame(&mut self, timeout: Duration) -> Option<RawFrame> {

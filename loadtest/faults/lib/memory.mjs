@@ -7,13 +7,10 @@
 //         + bodies budget
 //         + threads × FOLD_FACTOR × the fold's size (the /snapshot JSON)
 //
-// This is issue 13's "connections × per-connection bound + bodies budget + folds" with today's
-// configuration values. UPDATE HERE when docs/ document the broker's own formula (issue 13
-// item 5): the per-connection bound (today: the queue's byte bound; nothing bounds the drain's
-// copy or a prelude's copy separately) and the bodies budget (today there is no global budget
-// for request bodies in flight, so one largest body, `limits.max_body_bytes`, stands in for
-// it; once a key such as `limits.bodies_budget_bytes` exists, put it in BROKER_CONFIG and it
-// is used instead).
+// This is the broker's own formula (docs/ARCHITECTURE.md "Memory"): connections × the
+// per-connection bound (the queue's byte bound; drains and preludes share the thread's bytes,
+// so they add no per-connection copy) + the node's budget for request bodies in flight
+// (`limits.bodies_in_flight_bytes`) + folds.
 
 /**
  * The configuration every broker of the suite runs with, passed as `AGUI_*` variables (today's
@@ -24,7 +21,7 @@ export const BROKER_CONFIG = {
   queueMaxBytes: 4_194_304,
   maxEventBytes: 1_048_576,
   maxBodyBytes: 16_777_216,
-  bodiesBudgetBytes: null, // no such key today (see above)
+  bodiesBudgetBytes: 67_108_864, // limits.bodies_in_flight_bytes (its default)
   sseRetryMs: 2000,
   shutdownDrain: "5s",
 };
@@ -39,7 +36,7 @@ export function brokerEnv(config = BROKER_CONFIG) {
     AGUI_SSE__RETRY_MS: String(config.sseRetryMs),
     AGUI_SHUTDOWN__DRAIN: config.shutdownDrain,
   };
-  if (config.bodiesBudgetBytes !== null) env.AGUI_LIMITS__BODIES_BUDGET_BYTES = String(config.bodiesBudgetBytes);
+  if (config.bodiesBudgetBytes !== null) env.AGUI_LIMITS__BODIES_IN_FLIGHT_BYTES = String(config.bodiesBudgetBytes);
   return env;
 }
 

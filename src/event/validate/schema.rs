@@ -325,8 +325,9 @@ const RESUME_ENTRY: Kind = Kind::Record(&[&[
     opt("metadata", Kind::Object),
 ]]);
 
-/// `RunAgentInput`, the run request that `RUN_STARTED.input` echoes.
-const RUN_AGENT_INPUT: &Shape = &[&[
+/// `RunAgentInput`, the run request that `RUN_STARTED.input` echoes (and the body of a
+/// gateway run, `validate_run_input`).
+pub(super) const RUN_AGENT_INPUT: &Shape = &[&[
     req("threadId", Kind::String),
     req("runId", Kind::String),
     req("messages", MESSAGES),
