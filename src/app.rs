@@ -10,10 +10,11 @@ use crate::http::{self, AppState};
 use crate::hub::Hub;
 use crate::ingest::Ingest;
 use crate::log::memory::MemoryLog;
-use crate::log::redis::{RedisLog, RedisLogConfig};
+use crate::log::redis::{RedisLog, RedisLogConfig, RedisTls};
 use crate::log::{EventLog, Retention};
 use crate::queue::QueueLimits;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -65,8 +66,15 @@ pub async fn build_log(config: &Config) -> anyhow::Result<Arc<dyn EventLog>> {
         return Ok(Arc::new(MemoryLog::new(retention)));
     }
     let mut redis = RedisLogConfig::new(config.redis_url.clone());
+    let file = |path: &str| (!path.is_empty()).then(|| PathBuf::from(path));
+    redis.tls = RedisTls {
+        ca_file: file(&config.redis_tls_ca),
+        client_cert_file: file(&config.redis_tls_cert),
+        client_key_file: file(&config.redis_tls_key),
+    };
     redis.retention = retention;
     redis.block = config.redis_block;
+    redis.stall_after = config.redis_tail_stall;
     redis.outcome_timeout = config.redis_outcome_timeout;
     Ok(Arc::new(RedisLog::connect(redis).await?))
 }

@@ -6,6 +6,9 @@
 //! keys with a double underscore (`AGUI_QUEUE__MAX_EVENTS`, `AGUI_SSE__HEARTBEAT`).
 
 pub mod agents;
+mod console;
+
+pub use console::ConsoleConfig;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -18,7 +21,11 @@ use std::time::Duration;
 const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",
     "redis_url",
+    "redis_tls_ca",
+    "redis_tls_cert",
+    "redis_tls_key",
     "redis_block",
+    "redis_tail_stall",
     "redis_outcome_timeout",
     "strict_order",
     "insecure",
@@ -50,14 +57,31 @@ pub struct Config {
     /// Address the HTTP server binds (default `127.0.0.1:8080`).
     #[serde(deserialize_with = "address")]
     pub listen: SocketAddr,
-    /// Redis URL (`redis://host:port/db`). Empty: the embedded `memory` log backend.
+    /// Redis URL (`redis://host:port/db`, or `rediss://…` for TLS), or comma-separated URLs of
+    /// seed nodes of a Redis Cluster (whether the server is a cluster is found at start).
+    /// Empty: the embedded `memory` log backend.
     pub redis_url: String,
+    /// PEM file of the certificate authorities a `rediss://` server's certificate must chain
+    /// to; empty: the system's trust store. Only with `rediss://`.
+    pub redis_tls_ca: String,
+    /// PEM file of the client certificate (chain) shown to a `rediss://` server that asks for
+    /// one (mutual TLS, `tls-auth-clients`); empty: none. Set together with `redis_tls_key`.
+    pub redis_tls_cert: String,
+    /// PEM file of the private key of `redis_tls_cert`; empty: none.
+    pub redis_tls_key: String,
     /// Period of the Redis tail's checks (humantime, e.g. `"1s"`): its read of every followed
     /// stream (how late an entry `XADD`ed directly to a stream, without the broker's append
     /// note, may be seen), the epoch checks of quiet threads, and its `XREAD BLOCK` without
     /// notes. At least 1 ms.
     #[serde(with = "duration")]
     pub redis_block: Duration,
+    /// How long the Redis tail may go without reading back the node's own probe (written
+    /// every second through the append path) before it counts as stalled: it then drops and
+    /// reopens its connections, continuing from each thread's cursor, and `/readyz` answers
+    /// 503 until a probe comes back (humantime, e.g. `"5s"`). Raised to at least three times
+    /// `redis_block`.
+    #[serde(with = "duration")]
+    pub redis_tail_stall: Duration,
     /// How long a publish whose append reply Redis did not give in time (past the 2 s
     /// operation timeout, or a connection lost after sending) may spend finding out, on
     /// another connection, whether the append ran, before it answers 503
@@ -257,23 +281,16 @@ pub struct ShutdownConfig {
     pub drain: Duration,
 }
 
-/// The operator console (PROTOCOL §12): static pages embedded in the binary, served at
-/// `/console`, that call the admin API (so, with authentication on, they need an admin token).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ConsoleConfig {
-    /// Serve the console. Unset: served when `listen` is a loopback address (a developer's
-    /// broker), not otherwise (a deployed node serves it only when asked to).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redis_url: String::new(),
+            redis_tls_ca: String::new(),
+            redis_tls_cert: String::new(),
+            redis_tls_key: String::new(),
             redis_block: Duration::from_secs(1),
+            redis_tail_stall: Duration::from_secs(5),
             redis_outcome_timeout: Duration::from_secs(5),
             strict_order: true,
             insecure: false,
@@ -498,19 +515,13 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// `--redis-url URL`.
     pub redis_url: Option<String>,
+    /// `--redis-tls-ca FILE`.
+    pub redis_tls_ca: Option<String>,
     /// `--insecure`.
     pub insecure: bool,
 }
 
 impl Config {
-    /// Whether `/console` is served: `console.enabled`, or when unset whether `listen` is a
-    /// loopback address.
-    pub fn console_enabled(&self) -> bool {
-        self.console
-            .enabled
-            .unwrap_or_else(|| self.listen.ip().is_loopback())
-    }
-
     /// Loads defaults ← `file` (or `config/default.toml` when it exists) ← `AGUI_*` env ← flags.
     ///
     /// # Errors
@@ -547,6 +558,9 @@ impl Config {
         }
         if let Some(url) = &overrides.redis_url {
             fig = fig.merge(("redis_url", url));
+        }
+        if let Some(ca) = &overrides.redis_tls_ca {
+            fig = fig.merge(("redis_tls_ca", ca));
         }
         if overrides.insecure {
             fig = fig.merge(("insecure", true));
@@ -600,11 +614,34 @@ impl Config {
         if self.redis_block < Duration::from_millis(1) {
             return bad("redis_block must be at least 1ms");
         }
+        if self.redis_tail_stall < Duration::from_millis(100) {
+            return bad("redis_tail_stall must be at least 100ms");
+        }
+        let urls: Vec<&str> = self.redis_url.split(',').map(str::trim).collect();
         if !self.redis_url.is_empty()
-            && !self.redis_url.starts_with("redis://")
-            && !self.redis_url.starts_with("rediss://")
+            && urls
+                .iter()
+                .any(|u| !u.starts_with("redis://") && !u.starts_with("rediss://"))
         {
-            return bad("redis_url must start with redis:// or rediss://");
+            return bad(
+                "redis_url must be a redis:// or rediss:// URL, or a comma-separated list of \
+                 them (the seed nodes of a Redis Cluster)",
+            );
+        }
+        let tls_files = [
+            ("redis_tls_ca", &self.redis_tls_ca),
+            ("redis_tls_cert", &self.redis_tls_cert),
+            ("redis_tls_key", &self.redis_tls_key),
+        ];
+        if let Some((key, _)) = tls_files.iter().find(|(_, v)| !v.is_empty())
+            && !urls.iter().all(|u| u.starts_with("rediss://"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{key} is set but redis_url does not start with rediss:// (TLS)"
+            )));
+        }
+        if self.redis_tls_cert.is_empty() != self.redis_tls_key.is_empty() {
+            return bad("redis_tls_cert and redis_tls_key must be set together (mutual TLS)");
         }
         if self.auth.enabled() && self.auth.cookie.is_empty() {
             return bad("auth.cookie must not be empty");
@@ -650,6 +687,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_url_takes_one_url_or_a_seed_list() {
+        let with = |url: &str| Config {
+            redis_url: url.into(),
+            ..Config::default()
+        };
+        with("redis://a:6379").validate().unwrap();
+        with("redis://a:6379, redis://b:6379").validate().unwrap();
+        with("rediss://a:6379,rediss://b:6379").validate().unwrap();
+        let e = with("redis://a:6379,b:6379").validate().unwrap_err();
+        assert!(e.to_string().contains("comma-separated"), "{e}");
+        let mut tls = with("rediss://a:6379,redis://b:6379");
+        tls.redis_tls_ca = "ca.pem".into();
+        let e = tls.validate().unwrap_err();
+        assert!(e.to_string().contains("redis_tls_ca is set"), "{e}");
+    }
 
     #[test]
     fn defaults_are_valid_and_file_matches_them() {
@@ -716,6 +770,7 @@ mod tests {
             let o = Overrides {
                 listen: Some("127.0.0.1:2".parse().unwrap()),
                 redis_url: Some(String::new()),
+                redis_tls_ca: None,
                 insecure: false,
             };
             let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();

@@ -38,6 +38,10 @@ enum Command {
         /// Redis URL; selects the redis log backend (overrides the file and AGUI_REDIS_URL).
         #[arg(long)]
         redis_url: Option<String>,
+        /// PEM file of the certificate authorities a `rediss://` Redis must be signed by
+        /// (overrides the file and AGUI_REDIS_TLS_CA; default: the system's trust store).
+        #[arg(long)]
+        redis_tls_ca: Option<String>,
         /// Allow a non-loopback listen address without authentication (PROTOCOL §8; also
         /// AGUI_INSECURE=true).
         #[arg(long)]
@@ -80,11 +84,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
             config,
             listen,
             redis_url,
+            redis_tls_ca,
             insecure,
         } => {
             let overrides = Overrides {
                 listen,
                 redis_url,
+                redis_tls_ca,
                 insecure,
             };
             let config = Config::load(config.as_deref(), &overrides)?;

@@ -60,6 +60,27 @@ pub const RUNS_ORPHANED: &str = "agui_runs_orphaned_total";
 /// Counter: appends whose reply was lost and that were settled afterwards, by `outcome`
 /// (`appended`, `not_appended`, `unknown`; PROTOCOL §2 "Unknown outcomes").
 pub const APPEND_OUTCOMES: &str = "agui_append_outcomes_settled_total";
+/// Gauge: seconds since the newest probe the Redis tail read back was written (the node
+/// writes one about every second through its append path; grows while the tail is stalled).
+pub const TAIL_PROBE_AGE: &str = "agui_redis_tail_probe_age_seconds";
+/// Gauge: seconds from writing the newest probe the Redis tail read back to reading it (the
+/// tail's lag behind the log).
+pub const TAIL_LAG: &str = "agui_redis_tail_lag_seconds";
+/// Gauge: 1 while the Redis tail is stalled (a probe not read back within
+/// `redis_tail_stall`; `/readyz` answers 503), else 0.
+pub const TAIL_STALLED: &str = "agui_redis_tail_stalled";
+/// Counter: stalls the Redis tail detected and reconnected from, by `path` (`read`: the
+/// reader's connection; `notes`: the subscription to the append notes).
+pub const TAIL_STALLS: &str = "agui_redis_tail_stalls_total";
+/// Gauge: entries in the Redis streams of the threads this node follows, summed (sampled
+/// every ten `redis_block`s, at most 4,096 streams).
+pub const STREAM_ENTRIES: &str = "agui_redis_followed_stream_entries";
+/// Gauge: entries in the longest Redis stream this node follows (same sample).
+pub const STREAM_ENTRIES_MAX: &str = "agui_redis_followed_stream_entries_max";
+/// Gauge: bytes (`MEMORY USAGE`) of the Redis streams this node follows, summed (same sample).
+pub const STREAM_BYTES: &str = "agui_redis_followed_stream_bytes";
+/// Gauge: bytes of the largest Redis stream this node follows (same sample).
+pub const STREAM_BYTES_MAX: &str = "agui_redis_followed_stream_bytes_max";
 
 /// Counter: gateway runs whose `RUN_STARTED` was appended (PROTOCOL §11).
 pub const RUNS_STARTED: &str = "agui_runs_started_total";
@@ -223,6 +244,20 @@ pub fn export_zero_series(event_types: impl IntoIterator<Item = &'static str>, r
             // Registering a histogram exports it with empty buckets.
             let _ = histogram!(BACKEND_LATENCY, "backend" => "redis", "op" => op);
         }
+        for path in ["read", "notes"] {
+            counter!(TAIL_STALLS, "path" => path).increment(0);
+        }
+        for name in [
+            TAIL_PROBE_AGE,
+            TAIL_LAG,
+            TAIL_STALLED,
+            STREAM_ENTRIES,
+            STREAM_ENTRIES_MAX,
+            STREAM_BYTES,
+            STREAM_BYTES_MAX,
+        ] {
+            gauge!(name).increment(0.0);
+        }
     }
     counter!(INVALID_ENTRIES).increment(0);
     counter!(RUNS_ORPHANED).increment(0);
@@ -350,6 +385,39 @@ fn describe() {
     describe_counter!(
         APPEND_OUTCOMES,
         "Appends whose reply was lost, by what settling them found."
+    );
+    describe_gauge!(
+        TAIL_PROBE_AGE,
+        Unit::Seconds,
+        "Age of the newest probe the Redis tail read back (grows while it is stalled)."
+    );
+    describe_gauge!(
+        TAIL_LAG,
+        Unit::Seconds,
+        "From writing the newest probe the Redis tail read back to reading it."
+    );
+    describe_gauge!(TAIL_STALLED, "1 while the Redis tail is stalled, else 0.");
+    describe_gauge!(
+        STREAM_ENTRIES,
+        "Entries in the Redis streams of the threads this node follows, summed."
+    );
+    describe_gauge!(
+        STREAM_ENTRIES_MAX,
+        "Entries in the longest Redis stream this node follows."
+    );
+    describe_gauge!(
+        STREAM_BYTES,
+        Unit::Bytes,
+        "Bytes of the Redis streams of the threads this node follows, summed."
+    );
+    describe_gauge!(
+        STREAM_BYTES_MAX,
+        Unit::Bytes,
+        "Bytes of the largest Redis stream this node follows."
+    );
+    describe_counter!(
+        TAIL_STALLS,
+        "Stalls the Redis tail detected and reconnected from, by path (read, notes)."
     );
     describe_gauge!(BUILD_INFO, "Always 1; the build's version as a label.");
     describe_histogram!(

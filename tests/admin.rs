@@ -10,11 +10,14 @@
 //!   `Last-Event-ID` gets every later event exactly once while a producer keeps publishing;
 //! - with authentication on: 401 without a token, 403 (`agui.admin`) without the admin claim;
 //!   an admin token may also subscribe to and publish on any thread;
-//! - bad queries get 400 naming the field.
+//! - bad queries get 400 naming the field;
+//! - on a Redis Cluster the list is refused (503, saying why) rather than answered from one
+//!   node's keys; one thread's summary works.
 
 mod common;
 
 use common::broker::{self, base};
+use common::redis_cluster::RedisCluster;
 use common::redis_server::RedisServer;
 use common::sse_client::{self, open_raw, publish_ok};
 use serde_json::{Value, json};
@@ -511,5 +514,30 @@ async fn admin_needs_the_admin_claim() {
     let id = list["connections"][0]["id"].as_u64().unwrap();
     let (status, _) = delete(&format!("{base}/v1/connections/{id}"), Some(&admin)).await;
     assert_eq!(status, 200);
+    server.stop().await;
+}
+
+/// On a Redis Cluster, `SCAN` through the shared connection would see one primary's keys: the
+/// list is refused with a message saying so, and a thread's summary (its keys in one slot) works.
+#[tokio::test]
+async fn a_cluster_refuses_the_list_and_summarises_a_thread() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let seeds = cluster.seeds();
+    let server = broker::start(|c| c.redis_url = seeds).await;
+    let base = base(server.addr);
+    let last = run(&base, "clu-1", true).await;
+    let (status, e) = get(&format!("{base}/v1/threads"), None).await;
+    assert_eq!(status, 503, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Redis Cluster"),
+        "{e}"
+    );
+    let (status, s) = get(&format!("{base}/v1/threads/clu-1"), None).await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["lastEventId"], last.as_str());
+    assert_eq!(s["runStatus"], "finished");
     server.stop().await;
 }

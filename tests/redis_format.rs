@@ -5,10 +5,14 @@
 #[allow(dead_code, unreachable_pub)]
 mod common {
     pub mod logs;
+    pub mod redis_server;
 }
 
+use agui_fanout::log::EventLog;
+use agui_fanout::log::redis::{RedisLog, RedisLogConfig};
 use agui_fanout::log::{AppendExtras, LogError, ReadFrom, ResumeGap, Retention, StreamPos};
 use common::logs::*;
+use common::redis_server::RedisServer;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -398,4 +402,43 @@ async fn redis_append_if_after_direct_trimmed_and_deleted_entries() {
         Err(LogError::Conflict(now)) => assert_eq!(now.last, more[0].pos),
         other => panic!("a stream that went back must be a conflict, got {other:?}"),
     }
+}
+
+/// `MAXLEN ~` removes whole stream nodes only: on a Redis whose nodes are unbounded
+/// (`stream-node-max-entries 0`, `stream-node-max-bytes 0`) it trims nothing. The append then
+/// trims exactly, so a thread without checkpoints stays within twice `max_events`.
+#[tokio::test]
+async fn redis_cap_holds_when_approximate_trimming_trims_nothing() {
+    let server = RedisServer::start().await;
+    server
+        .command(&["CONFIG", "SET", "stream-node-max-entries", "0"])
+        .await;
+    server
+        .command(&["CONFIG", "SET", "stream-node-max-bytes", "0"])
+        .await;
+    let mut config = RedisLogConfig::new(server.url());
+    config.retention = keep(10);
+    let log = RedisLog::connect(config).await.unwrap();
+    let thread = agui_fanout::event::ThreadId::parse("capped").unwrap();
+    let evs = events(0..100);
+    let mut last = None;
+    for ev in &evs {
+        last = log
+            .append(&thread, std::slice::from_ref(ev))
+            .await
+            .unwrap()
+            .pop();
+    }
+    let len: usize = server
+        .command(&["XLEN", &stream_key(&thread)])
+        .await
+        .parse()
+        .unwrap();
+    assert!((10..=20).contains(&len), "XLEN {len} with max_events 10");
+    // What is kept is the newest entries, readable as usual.
+    let head = log.head(&thread).await.unwrap();
+    assert_eq!(Some(head.last), last.map(|id| id.pos));
+    let kept = log.read(&thread, ReadFrom::Start, 100).await.unwrap();
+    assert_eq!(kept.len(), len);
+    assert_eq!(kept.last().map(|e| e.id), last);
 }

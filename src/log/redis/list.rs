@@ -4,9 +4,9 @@
 //!
 //! `SCAN` walks the node's whole keyspace in batches whose size Redis chooses; a page takes
 //! whole batches while they fit its `limit`, and one that does not fit is cut in id order and
-//! read again by the next page (the cursor says where, see [`ListCursor`]). A sharded Redis
-//! Cluster would need one walk per primary; like the tail, this works with a single Redis (or
-//! a primary with replicas).
+//! read again by the next page (the cursor says where, see [`ListCursor`]). A Redis Cluster
+//! would need one walk per primary: the list is refused there (503) until it has one; a
+//! thread's summary works on either.
 
 use super::resp::{decode_entries, malformed, parse_entries, parse_head_counts, unavailable};
 use super::{RedisLog, retry_dropped};
@@ -34,6 +34,15 @@ impl RedisLog {
         limit: usize,
     ) -> Result<ThreadPage, LogError> {
         let limit = limit.clamp(1, MAX_PAGE);
+        if self.inner.target.is_cluster() {
+            // The shared connection would send SCAN to one node: a walk would miss the threads
+            // of every other primary. Refused rather than answered wrong.
+            return Err(LogError::Unavailable(
+                "listing threads walks one Redis with SCAN; on a Redis Cluster it is not \
+                 supported yet (GET /v1/threads/{threadId} works)"
+                    .into(),
+            ));
+        }
         self.timed("list", async {
             let (ids, next) = self.scan_page(prefix, cursor, limit).await?;
             let summaries = futures::future::join_all(ids.iter().map(|t| self.summarise(t))).await;

@@ -35,7 +35,9 @@
 //! key and appends nothing. What settles it is final either way. If Redis does not answer
 //! within `outcome_timeout`, the append's outcome is unknown ([`LogError::OutcomeUnknown`]).
 //! A refused connection or an error reply from Redis means the script did not run. The cost
-//! on every append: one `EXISTS` and one `SET … PX` in the same script.
+//! on every append: one `GET` and one `SET … PX` in the same script. The same key makes the append safe to
+//! repeat: a repeated call (the cluster connection retries a call whose connection dropped)
+//! finds its own record and returns it, appending nothing again.
 //!
 //! # Retention
 //! See [`Retention`]. An append that carries a checkpoint candidate (`append_if`), in the same
@@ -43,8 +45,10 @@
 //! `events`, `ord`) and `XTRIM <log> MINID <pos + 1>` (exact: `MINID` removes IDs strictly
 //! lower, hence the successor ID `<ms>-<seq + 1>`) removes every entry at or before it; the
 //! candidate is then stored as `next_*` at the batch's last entry ID. `XADD … MAXLEN ~` caps
-//! the stream at `max_events`, or at `4 * max_events` once the `ckpt` key exists (a safety
-//! net only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
+//! the stream at `max_events` (and, since `~` removes whole stream nodes only and a Redis
+//! configured with large nodes trims nothing, an exact `XTRIM … MAXLEN` once the stream holds
+//! more than twice that), or at `4 * max_events` once the `ckpt` key exists (a safety net
+//! only). With `max_age`, a pending checkpoint whose `next_pos` milliseconds are older
 //! than the server's `TIME` minus `max_age` is promoted (and trimmed to) at append time. With
 //! `idle_ttl`, every append `PEXPIRE`s the three keys; expired keys mean a new epoch.
 //! Trimming moves `entries-added` past `length`; when exactly the entries added before the
@@ -84,19 +88,32 @@
 //! `XREAD COUNT n BLOCK ms STREAMS …` over every followed stream, woken early with `CLIENT
 //! UNBLOCK <id> TIMEOUT` when a thread is followed, until it is subscribed again; right after
 //! subscribing it reads every followed stream once. The cursor and the stream stay the truth.
+//! A probe written through the append connection about every second must come back through
+//! both the reader and the subscription; a way it does not come back within `stall_after`
+//! reconnects, and [`EventLog::ping`] fails meanwhile (`tail/probe.rs`).
 //!
-//! Redis Cluster: each script touches the keys of one thread (one slot), but the tail's
-//! multi-key `XREAD` needs every followed key in one slot, so the tail works with a single
-//! Redis (or a primary with replicas), not a sharded cluster.
+//! Redis Cluster (`conn.rs`, found at start with `CLUSTER INFO`; the URL may list seeds):
+//! each script touches the keys of one thread (one slot), sent by the redis crate's cluster
+//! connection to the slot's primary, following `MOVED`/`ASK`. A cluster refuses a command over
+//! several slots (`CROSSSLOT`, even on one primary), so there the tail reads each primary on
+//! a dedicated connection of its own with one pipeline of per-slot commands per round trip
+//! (`tail/cluster.rs`) and never blocks: without notes it reads every `block`. Notes are
+//! sharded there: `SPUBLISH` on the thread's own channel `<prefix>:{<threadId>}:n`, one
+//! `SSUBSCRIBE` per followed thread (`tail/notes.rs`).
 //!
 //! # Layout
 //! - this file: [`RedisLog`] and its [`EventLog`] impl (connection, deadlines, metrics);
 //! - `scripts.rs` + `scripts/*.lua`: the Lua scripts and their typed arguments;
 //! - `resp.rs`: reply decoding and the validation of stored entries;
-//! - `tail.rs` (+ `tail/reads.rs`): the node's tail; `notify.rs`: the append notes;
+//! - `connect.rs`: the clients from the URL(s) and TLS files, single Redis or cluster;
+//!   `conn.rs`: the shared connection of either kind;
+//! - `tail.rs` (+ `tail/reads.rs`, `tail/cluster.rs`, `tail/probe.rs`): the node's tail;
+//!   `notify.rs`: the append notes;
 //! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`);
 //! - `list.rs`: the admin API's thread list (`SCAN`) and summaries (`summary.lua`).
 
+mod conn;
+mod connect;
 mod list;
 mod notify;
 mod resp;
@@ -113,8 +130,11 @@ use super::{
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
+use conn::{Shared, Target};
+pub use connect::RedisTls;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterConfig;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
 use resp::{
     ReadPage, Settled, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
     parse_outcome_reply, parse_pos, parse_read_reply, string, unavailable,
@@ -132,8 +152,11 @@ use tokio_util::sync::CancellationToken;
 /// Settings of a [`RedisLog`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisLogConfig {
-    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…`.
+    /// Redis URL, `redis://[user:pass@]host:port[/db]` or `rediss://…` (TLS).
     pub url: String,
+    /// TLS files of a `rediss://` URL (CA, client certificate); default: the system's trust
+    /// store, no client certificate.
+    pub tls: RedisTls,
     /// First part of every key (`<prefix>:{<threadId>}:log`); must not contain `{` or `}`.
     pub prefix: String,
     /// How much each thread keeps and for how long (`XADD … MAXLEN ~`, checkpoints with
@@ -144,6 +167,10 @@ pub struct RedisLogConfig {
     pub block: Duration,
     /// Largest number of entries the tail reads per thread per `XREAD` (`COUNT`).
     pub read_count: usize,
+    /// How long the tail may go without reading back the node's own probe before it counts
+    /// as stalled (it reconnects; [`EventLog::ping`] fails meanwhile). Raised to three times
+    /// `block`. See `tail/probe.rs`.
+    pub stall_after: Duration,
     /// Deadline of every append, read, head and ping (connecting included): past it the call
     /// returns [`LogError::Unavailable`] instead of waiting for Redis (an append is settled
     /// first: `outcome_timeout`).
@@ -156,14 +183,17 @@ pub struct RedisLogConfig {
 
 impl RedisLogConfig {
     /// The default settings for `url`: prefix `agui`, default retention, 1 s block, 512 entries
-    /// per read, 2 s operation timeout, 5 s to settle an append's lost reply.
+    /// per read, a stall after 5 s, 2 s operation timeout, 5 s to settle an append's lost
+    /// reply.
     pub fn new(url: impl Into<String>) -> Self {
         RedisLogConfig {
             url: url.into(),
+            tls: RedisTls::default(),
             prefix: "agui".into(),
             retention: Retention::default(),
             block: Duration::from_secs(1),
             read_count: 512,
+            stall_after: Duration::from_secs(5),
             op_timeout: Duration::from_secs(2),
             outcome_timeout: Duration::from_secs(5),
         }
@@ -201,15 +231,19 @@ pub struct RedisLog {
 }
 
 struct Inner {
-    client: Client,
-    conn: ConnectionManager,
+    /// A single Redis or a cluster (decided at start).
+    target: Target,
+    /// The connection every call shares (the tail reads on its own).
+    conn: Shared,
     config: RedisLogConfig,
     scripts: Scripts,
     /// The append-note channel, `<prefix>:appended` ([`notify::channel`]).
     channel: String,
     /// The connection appends are settled on (never the shared one, whose reply was lost),
     /// opened on the first need and replaced after any error.
-    settler: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    settler: tokio::sync::Mutex<Option<Shared>>,
+    /// The tail's liveness probe (written and read only while the tail runs).
+    probe: Arc<tail::Probe>,
 }
 
 impl RedisLog {
@@ -221,7 +255,9 @@ impl RedisLog {
     ///
     /// # Errors
     /// [`LogError::Unavailable`] only for a configuration that can never work: a malformed
-    /// URL, or a prefix containing `{` or `}` (it would break the hash tag).
+    /// URL, a prefix containing `{` or `}` (it would break the hash tag), TLS files that
+    /// cannot be read, or a TLS handshake that fails (e.g. a server certificate the CA does
+    /// not sign: no retry would fix it).
     pub async fn connect(config: RedisLogConfig) -> Result<RedisLog, LogError> {
         if config.prefix.contains(['{', '}']) {
             return Err(LogError::Unavailable(format!(
@@ -229,19 +265,37 @@ impl RedisLog {
                 config.prefix
             )));
         }
-        let client = Client::open(config.url.as_str())
-            .map_err(|e| LogError::Unavailable(format!("invalid redis URL: {e}")))?;
-        // No hidden retries: a call during an outage fails fast (connection refused) or at
-        // `op_timeout`; the connection manager reconnects on the next call.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.op_timeout))
-            .set_response_timeout(Some(config.op_timeout))
-            .set_number_of_retries(0);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(unavailable)?;
+        let target = connect::resolve(&config).await?;
+        let conn = match &target {
+            Target::Single(client) => {
+                // No hidden retries: a call during an outage fails fast (connection refused)
+                // or at `op_timeout`; the connection manager reconnects on the next call.
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.op_timeout))
+                    .set_response_timeout(Some(config.op_timeout))
+                    .set_number_of_retries(0);
+                Shared::Manager(
+                    ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+                        .map_err(unavailable)?,
+                )
+            }
+            Target::Cluster { cluster, .. } => Shared::Cluster(
+                cluster.get_pending_async_connection_with_config(
+                    ClusterConfig::new()
+                        .set_connection_timeout(config.op_timeout)
+                        .set_response_timeout(config.op_timeout),
+                ),
+            ),
+        };
+        let probe = Arc::new(tail::Probe::new(
+            &config.prefix,
+            config.stall_after,
+            config.block.max(Duration::from_millis(1)),
+        ));
         let log = RedisLog {
             inner: Arc::new(Inner {
-                client,
+                probe,
+                target,
                 conn,
                 channel: notify::channel(&config.prefix),
                 config,
@@ -421,14 +475,21 @@ impl RedisLog {
             match slot.as_ref() {
                 Some(conn) => conn.clone(),
                 None => {
-                    let unbounded = AsyncConnectionConfig::new()
-                        .set_connection_timeout(None)
-                        .set_response_timeout(None);
-                    let conn = self
-                        .inner
-                        .client
-                        .get_multiplexed_async_connection_with_config(&unbounded)
-                        .await?;
+                    let conn = match &self.inner.target {
+                        Target::Single(client) => {
+                            let unbounded = AsyncConnectionConfig::new()
+                                .set_connection_timeout(None)
+                                .set_response_timeout(None);
+                            Shared::Multiplexed(
+                                client
+                                    .get_multiplexed_async_connection_with_config(&unbounded)
+                                    .await?,
+                            )
+                        }
+                        Target::Cluster { cluster, .. } => {
+                            Shared::Cluster(cluster.get_async_connection().await?)
+                        }
+                    };
                     slot.insert(conn).clone()
                 }
             }
@@ -478,6 +539,7 @@ impl EventLog for RedisLog {
     ) -> Result<Vec<EventId>, LogError> {
         let keys = self.keys(thread);
         let outcome = keys.outcome(AppendToken::random());
+        let sharded = self.inner.target.is_cluster();
         let config = &self.inner.config;
         let retention = &config.retention;
         let args = AppendArgs {
@@ -492,7 +554,14 @@ impl EventLog for RedisLog {
             max_age_ms: retention.max_age_ms(),
             idle_ttl_ms: retention.idle_ttl_ms(),
             producer: extras.producer.as_ref(),
-            channel: &self.inner.channel,
+            // A cluster: the thread's own shard channel (`SPUBLISH`, in its slot); else the
+            // one channel of every thread.
+            channel: if sharded {
+                &keys.notes
+            } else {
+                &self.inner.channel
+            },
+            sharded,
             thread,
             record_ttl_ms: config.record_ttl_ms(),
             events,
@@ -652,8 +721,11 @@ impl EventLog for RedisLog {
         .await
     }
 
-    /// `PING`.
+    /// `PING`; fails while the tail is stalled (its probe not read back, `tail/probe.rs`).
     async fn ping(&self) -> Result<(), LogError> {
+        if let Some(why) = self.inner.probe.stalled() {
+            return Err(LogError::Unavailable(why));
+        }
         self.timed("ping", async {
             retry_dropped(|| {
                 let mut conn = self.inner.conn.clone();

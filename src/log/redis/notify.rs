@@ -19,18 +19,20 @@
 //! exist), so the entries of a note are exactly the stream's entries after `prev`, at the time
 //! of the append. The JSON is the event as validated by the appending broker.
 
+use super::tail::{PROBE_PREFIX, Probe};
 use crate::event::{EventType, ThreadId};
 use crate::log::{Epoch, StreamPos};
 use crate::metrics::BACKEND_ERRORS;
 use bytes::Bytes;
 use futures::StreamExt;
 use redis::Client;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// The channel the append script publishes on: `<prefix>:appended` (no hash tag: a channel is
-/// not a key; Redis Cluster broadcasts `PUBLISH` to every node).
+/// The channel the append script publishes on with a single Redis: `<prefix>:appended`. On a
+/// Redis Cluster each thread has its own shard channel instead (`tail/notes.rs`).
 pub(super) fn channel(prefix: &str) -> String {
     format!("{prefix}:appended")
 }
@@ -135,6 +137,8 @@ pub(super) struct SubscriberConfig {
 /// Keeps the node subscribed to the append notes and forwards them to the reader until
 /// `shutdown`: connect, `SUBSCRIBE`, [`Notice::Up`] (then `on_up`), one [`Notice::Note`] per
 /// well-formed note, [`Notice::Down`] when the subscription ends; reconnects with `backoff`.
+/// Probe notes go to `probe`, which may end the subscription (its probes stopped coming
+/// back: the subscription is on a server that no longer gets the writes, `tail/probe.rs`).
 ///
 /// Policy when the reader falls behind: once [`NOTICE_QUEUE`] notes wait, the subscription is
 /// dropped ([`Notice::Down`]) and taken again after a pause, so memory stays bounded and the
@@ -143,6 +147,7 @@ pub(super) async fn run_subscriber(
     client: Client,
     config: SubscriberConfig,
     tx: mpsc::Sender<Notice>,
+    probe: Arc<Probe>,
     shutdown: CancellationToken,
     on_up: impl Fn(),
     backoff: impl Fn(u32) -> Duration,
@@ -172,6 +177,8 @@ pub(super) async fn run_subscriber(
                 continue;
             }
         };
+        // Probes sent from now on come back on this subscription.
+        probe.subscribed(true);
         if !send(&tx, &shutdown, Notice::Up).await {
             return;
         }
@@ -186,6 +193,10 @@ pub(super) async fn run_subscriber(
                 _ = shutdown.cancelled() => return,
                 msg = stream.next() => {
                     let Some(msg) = msg else { break "connection closed" };
+                    if msg.get_payload_bytes().starts_with(PROBE_PREFIX.as_bytes()) {
+                        probe.note(msg.get_payload_bytes());
+                        continue;
+                    }
                     let payload = Bytes::copy_from_slice(msg.get_payload_bytes());
                     let Some(note) = parse_note(payload) else {
                         tracing::debug!("ignoring a malformed append note");
@@ -197,6 +208,7 @@ pub(super) async fn run_subscriber(
                         Err(mpsc::error::TrySendError::Closed(_)) => return,
                     }
                 }
+                _ = probe.resubscribe.notified() => break "probe notes not coming back",
                 _ = ping.tick() => {
                     let pong = tokio::time::timeout(config.op_timeout, sink.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
@@ -207,6 +219,7 @@ pub(super) async fn run_subscriber(
         };
         // Drop the connection (and its subscription) before telling the reader.
         drop((sink, stream));
+        probe.subscribed(false);
         metrics::counter!(BACKEND_ERRORS, "backend" => "redis", "op" => "notify").increment(1);
         tracing::warn!(
             reason = why,

@@ -260,7 +260,8 @@ pub(super) fn parse_xread(v: &Value) -> Result<Vec<(String, Vec<RawEntry>)>, Log
 /// The append script's reply: `{epoch, {entry id…}}` (one id per event: `expected` of them),
 /// `{'conflict', epoch, info}` ([`LogError::Conflict`] with the head it describes), or
 /// `{'fenced'}` (its outcome was settled as "not appended" before it ran:
-/// [`LogError::Unavailable`]).
+/// [`LogError::Unavailable`]), or `{'done', record}` (the same append ran before and was
+/// repeated: its ids, from its outcome record).
 pub(super) fn parse_append_reply(reply: &Value, expected: usize) -> Result<Vec<EventId>, LogError> {
     let items = array(reply).ok_or_else(|| malformed("append reply"))?;
     match string(items.first().unwrap_or(&Value::Nil)).as_deref() {
@@ -269,6 +270,12 @@ pub(super) fn parse_append_reply(reply: &Value, expected: usize) -> Result<Vec<E
             return Err(LogError::Unavailable(
                 "redis: the append was settled as not appended before it ran".into(),
             ));
+        }
+        Some("done") => {
+            return match parse_outcome_reply(items.get(1).unwrap_or(&Value::Nil), expected)? {
+                Settled::Appended(ids) => Ok(ids),
+                Settled::NotAppended => Err(malformed("append reply (done)")),
+            };
         }
         _ => {}
     }

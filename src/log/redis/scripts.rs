@@ -22,6 +22,8 @@ pub(super) struct Scripts {
     pub summary: Script,
     /// `outcome.lua`, called with [`OutcomeArgs`].
     pub outcome: Script,
+    /// `probe.lua`, called with [`ProbeArgs`].
+    pub probe: Script,
 }
 
 /// Shebang of the write script (Redis 7): a write script is refused as a whole when Redis is
@@ -60,6 +62,7 @@ impl Scripts {
                 "#!lua flags=allow-oom\n",
                 include_str!("scripts/outcome.lua")
             )),
+            probe: Script::new(concat!("#!lua\n", include_str!("scripts/probe.lua"))),
         }
     }
 }
@@ -73,6 +76,8 @@ pub(super) struct Keys {
     pub meta: String,
     /// `<prefix>:{<thread>}:ckpt`, the checkpoints.
     pub ckpt: String,
+    /// `<prefix>:{<thread>}:n`, the thread's shard channel of append notes on a cluster.
+    pub notes: String,
     /// `<prefix>:{<thread>}:o:`, followed by an append's token: its outcome key
     /// ([`Keys::outcome`]).
     outcome_prefix: String,
@@ -84,6 +89,7 @@ impl Keys {
             stream: format!("{prefix}:{{{thread}}}:log"),
             meta: format!("{prefix}:{{{thread}}}:meta"),
             ckpt: format!("{prefix}:{{{thread}}}:ckpt"),
+            notes: format!("{prefix}:{{{thread}}}:n"),
             outcome_prefix: format!("{prefix}:{{{thread}}}:o:"),
         }
     }
@@ -202,11 +208,13 @@ pub(super) struct AppendArgs<'a> {
     pub producer: Option<&'a ProducerMark>,
     /// ARGV 12: the append-note channel (empty: no note).
     pub channel: &'a str,
+    /// ARGV 16: `SPUBLISH` on the thread's shard channel (a cluster) rather than `PUBLISH`.
+    pub sharded: bool,
     /// ARGV 13: the thread (for the note).
     pub thread: &'a ThreadId,
     /// ARGV 15: how long the outcome record lives, in ms.
     pub record_ttl_ms: u64,
-    /// ARGV 14 (their AG-UI types, for the note) and ARGV 16…: the events' JSON.
+    /// ARGV 14 (their AG-UI types, for the note) and ARGV 17…: the events' JSON.
     pub events: &'a [ValidEvent],
 }
 
@@ -244,10 +252,16 @@ impl ScriptArgs for AppendArgs<'_> {
         call.push_arg(self.thread.as_str());
         call.push_arg(note_types(self.events));
         call.push_arg(self.record_ttl_ms);
+        call.push_arg(publish_command(self.sharded));
         for ev in self.events {
             call.push_arg(&ev.json[..]);
         }
     }
+}
+
+/// `SPUBLISH` (a shard channel of a cluster) or `PUBLISH`.
+fn publish_command(sharded: bool) -> &'static str {
+    if sharded { "SPUBLISH" } else { "PUBLISH" }
 }
 
 /// The batch's AG-UI types, separated by spaces (ARGV 14 of the append script, for its note).
@@ -348,5 +362,33 @@ impl ScriptArgs for OutcomeArgs<'_> {
     fn write(&self, call: &mut impl ScriptCall) {
         call.push_key(self.outcome);
         call.push_arg(self.fence_ttl_ms);
+    }
+}
+
+/// The arguments of `probe.lua`: one probe of the tail (`tail/probe.rs`).
+pub(super) struct ProbeArgs<'a> {
+    /// KEYS 1: the node's probe stream.
+    pub key: &'a str,
+    /// ARGV 1: the append-note channel (empty: no note).
+    pub channel: &'a str,
+    /// ARGV 2: the node id.
+    pub node: &'a str,
+    /// ARGV 3: how long the probe stream outlives the node's last probe, in ms.
+    pub ttl_ms: u64,
+    /// ARGV 4: `SPUBLISH` on the probe's shard channel (a cluster) rather than `PUBLISH`.
+    pub sharded: bool,
+}
+
+impl ScriptArgs for ProbeArgs<'_> {
+    fn key_count(&self) -> usize {
+        1
+    }
+
+    fn write(&self, call: &mut impl ScriptCall) {
+        call.push_key(self.key);
+        call.push_arg(self.channel);
+        call.push_arg(self.node);
+        call.push_arg(self.ttl_ms);
+        call.push_arg(publish_command(self.sharded));
     }
 }

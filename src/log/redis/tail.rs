@@ -4,8 +4,14 @@
 //! [`reads`]; the module docs of [`super`] ("Tail") say how notes, reads and the fallback
 //! combine.
 
+mod cluster;
+mod notes;
+mod probe;
 mod reads;
 
+pub(super) use probe::{NOTE_PREFIX as PROBE_PREFIX, Probe};
+
+use super::conn::Target;
 use super::notify::{self, Note, Notice};
 use super::{Inner, RedisLogConfig};
 use crate::event::ThreadId;
@@ -14,7 +20,6 @@ use crate::log::{
 };
 use crate::metrics::{BACKEND_ERRORS, BACKEND_UP};
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,10 +47,13 @@ pub(super) fn start(
         keys_generation: 0,
         notices: Some(notice_rx),
         notified: false,
+        probe_key: log.probe.key.as_str().into(),
+        probe_cursor: StreamPos::new(0, 0),
         poll_at: None,
         scan_at: Instant::now(),
         scan_now: true,
         dirty: HashSet::new(),
+        sample_at: Instant::now(),
     };
     tokio::spawn(reader.run());
     let config = &log.config;
@@ -63,14 +71,36 @@ pub(super) fn start(
             shared.waker_wake.notify_one();
         }
     };
-    tokio::spawn(notify::run_subscriber(
-        log.client.clone(),
-        subscriber,
-        notice_tx,
-        shutdown.clone(),
-        on_up,
-        backoff,
-    ));
+    match &log.target {
+        Target::Single(client) => {
+            tokio::spawn(notify::run_subscriber(
+                client.clone(),
+                subscriber,
+                notice_tx,
+                log.probe.clone(),
+                shutdown.clone(),
+                on_up,
+                backoff,
+            ));
+        }
+        // Sharded pub/sub: one subscription per followed thread, on its shard.
+        Target::Cluster { notes: client, .. } => {
+            let config = notes::NotesConfig {
+                client: client.clone(),
+                prefix: config.prefix.clone(),
+                op_timeout: config.op_timeout,
+                resync_every: block_of(config),
+            };
+            tokio::spawn(notes::run(
+                config,
+                shared.clone(),
+                log.probe.clone(),
+                notice_tx,
+                shutdown.clone(),
+            ));
+        }
+    }
+    tokio::spawn(probe::run(log.clone(), shutdown.clone()));
     tokio::spawn(run_waker(log.clone(), shared.clone(), shutdown));
     Arc::new(RedisTail { shared })
 }
@@ -83,6 +113,8 @@ struct TailShared {
     reader_wake: Notify,
     /// Wakes the waker, which then unblocks the reader's `XREAD`.
     waker_wake: Notify,
+    /// Wakes the cluster's note subscriber (`notes.rs`) when the follows change.
+    notes_wake: Notify,
     /// `CLIENT ID` of the reader's connection; `0` while it has none.
     reader_client_id: AtomicU64,
     /// The [`TailState::generation`] the reader's current `XREAD` was built from.
@@ -141,12 +173,20 @@ impl Tail for RedisTail {
         // Lock dropped before notifying.
         self.shared.reader_wake.notify_one();
         self.shared.waker_wake.notify_one();
+        self.shared.notes_wake.notify_one();
     }
 
     fn unfollow(&self, thread: &ThreadId) {
-        let mut state = self.shared.state.lock();
-        if state.follows.remove(thread).is_some() {
-            state.generation += 1;
+        let removed = {
+            let mut state = self.shared.state.lock();
+            let removed = state.follows.remove(thread).is_some();
+            if removed {
+                state.generation += 1;
+            }
+            removed
+        };
+        if removed {
+            self.shared.notes_wake.notify_one();
         }
     }
 }
@@ -181,7 +221,7 @@ struct TailReader {
     shared: Arc<TailShared>,
     sink: mpsc::Sender<TailItem>,
     shutdown: CancellationToken,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<reads::ReaderConn>,
     /// When the last `XREAD` that returned entries was sent (see [`xread_interval`]).
     last_busy_xread: Option<Instant>,
     /// Stream key of each followed thread, built once per follow rather than at every
@@ -193,6 +233,10 @@ struct TailReader {
     notices: Option<mpsc::Receiver<Notice>>,
     /// Subscribed to the append notes (notified mode).
     notified: bool,
+    /// The node's probe stream (`probe.rs`), named in every `XREAD`.
+    probe_key: Arc<str>,
+    /// The last probe entry read back.
+    probe_cursor: StreamPos,
     /// Notified mode: when the next non-blocking `XREAD` over every followed stream is due.
     poll_at: Option<Instant>,
     /// Notified mode: when follows are next scanned (epoch checks of quiet threads, broken
@@ -202,6 +246,8 @@ struct TailReader {
     scan_now: bool,
     /// Followed threads to read after their cursor (a note did not continue them).
     dirty: HashSet<ThreadId>,
+    /// When the followed streams' sizes are next sampled (`reads.rs`, `sample_streams`).
+    sample_at: Instant,
 }
 
 /// Most dirty threads read in one pipeline.
@@ -303,6 +349,10 @@ impl TailReader {
     async fn step(&mut self) -> Result<Flow, LogError> {
         if let Flow::Stop = self.take_notices().await {
             return Ok(Flow::Stop);
+        }
+        if self.conn.is_some() && Instant::now() >= self.sample_at {
+            self.sample_at = Instant::now() + sample_every(&self.log.config);
+            return self.sample_streams().await;
         }
         // Before the follows are read: a follow made after this sees `blocking` set and is
         // unblocked by the waker, or is seen by this step's snapshot.
@@ -452,14 +502,15 @@ impl TailReader {
     /// One step in notified mode: scan follows when due, the periodic `XREAD` when due, read
     /// dirty threads, else wait.
     async fn step_notified(&mut self) -> Result<Flow, LogError> {
-        if self.shared.state.lock().follows.is_empty() {
+        // With nothing to follow the reader still reads its probe back every period.
+        let idle = self.shared.state.lock().follows.is_empty();
+        if idle {
             self.dirty.clear();
-            return Ok(self.wait(None).await);
         }
         self.connect().await?;
         let period = block_of(&self.log.config);
         let now = Instant::now();
-        if self.scan_now || now >= self.scan_at {
+        if !idle && (self.scan_now || now >= self.scan_at) {
             self.scan_now = false;
             if let Flow::Stop = self.scan(now, period).await? {
                 return Ok(Flow::Stop);
@@ -478,14 +529,14 @@ impl TailReader {
                     .map(|(t, f)| (t.clone(), *f))
                     .collect()
             };
-            if !readable.is_empty() {
-                return self.xread(readable, false).await;
-            }
+            // Also the probe's read back, when nothing is followed.
+            return self.xread(readable, false).await;
         }
         if !self.dirty.is_empty() {
             return self.read_dirty().await;
         }
         let until = match self.poll_at {
+            Some(at) if idle => at,
             Some(at) => at.min(self.scan_at),
             None => self.scan_at,
         };
@@ -539,10 +590,14 @@ impl TailReader {
                 state.follows.iter().map(|(t, f)| (t.clone(), *f)).collect();
             (state.generation, follows)
         };
-        if follows.is_empty() {
-            return Ok(self.wait(None).await);
-        }
         self.connect().await?;
+        if follows.is_empty() {
+            // Only the probe stream: the reader still reads its probe back.
+            self.shared
+                .seen_generation
+                .store(generation, Ordering::SeqCst);
+            return self.xread(Vec::new(), true).await;
+        }
         let period = self.log.config.block;
         let now = Instant::now();
         let due: Vec<(ThreadId, Follow)> = follows
@@ -564,10 +619,10 @@ impl TailReader {
         self.shared
             .seen_generation
             .store(generation, Ordering::SeqCst);
-        if readable.is_empty() {
-            // Every followed thread is broken: wait for its retry time or a new follow.
-            let until = next_retry.unwrap_or(now + period);
-            return Ok(self.wait(Some(until)).await);
+        if readable.is_empty() && next_retry.is_some_and(|at| at < now + period) {
+            // Every followed thread is broken, one due for a retry soon: wait for it (or a
+            // new follow).
+            return Ok(self.wait(next_retry).await);
         }
         self.xread(readable, true).await
     }
@@ -654,6 +709,11 @@ impl TailReader {
             update(follow);
         }
     }
+}
+
+/// Period of the samples of the followed streams' sizes: ten `block`s, within 1 s … 60 s.
+fn sample_every(config: &RedisLogConfig) -> Duration {
+    (config.block * 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// The configured block time, at least 1 ms (`BLOCK 0` would wait forever).

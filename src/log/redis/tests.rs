@@ -169,3 +169,64 @@ fn epoch_strings() {
     assert_eq!(parse_epoch_str("0a1b2c3"), None);
     assert_eq!(parse_epoch_str("+a1b2c3d"), None);
 }
+
+/// The append script run twice with one outcome key (the cluster connection repeats a call
+/// whose connection dropped after sending): the second run returns the first one's ids and
+/// appends nothing. Against the test Redis (`AGUI_TEST_REDIS_URL`).
+#[tokio::test]
+async fn a_repeated_append_returns_its_ids_and_appends_once() {
+    use super::scripts::{AppendArgs, ScriptArgs, Scripts};
+    let url =
+        std::env::var("AGUI_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let thread = ThreadId::parse(&format!("repeat-{:016x}", rand::random::<u64>())).unwrap();
+    let keys = Keys::new("agui", &thread);
+    let outcome = keys.outcome(AppendToken::random());
+    let events = vec![validate_event(br#"{"type":"CUSTOM","name":"n","value":1}"#, None).unwrap()];
+    let scripts = Scripts::new();
+    let args = AppendArgs {
+        keys: &keys,
+        outcome: &outcome,
+        fresh_epoch: Epoch::random(),
+        maxlen: 0,
+        safety_cap: 0,
+        expected: None,
+        candidate: None,
+        candidate_min_gap: 0,
+        max_age_ms: 0,
+        idle_ttl_ms: 0,
+        producer: None,
+        channel: "",
+        sharded: false,
+        thread: &thread,
+        record_ttl_ms: 60_000,
+        events: &events,
+    };
+    let mut run = async || {
+        let reply: Value = args
+            .invocation(&scripts.append)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        parse_append_reply(&reply, 1)
+    };
+    let first = run().await.unwrap();
+    let again = run().await.unwrap();
+    assert_eq!(first, again);
+    let len: usize = redis::cmd("XLEN")
+        .arg(&keys.stream)
+        .query_async(&mut client.get_multiplexed_async_connection().await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(len, 1);
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys.stream)
+        .arg(&keys.meta)
+        .arg(&keys.ckpt)
+        .arg(&outcome)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}

@@ -23,13 +23,17 @@
 -- ARGV[13] thread id      (for the note)
 -- ARGV[14] event types    the events' AG-UI types separated by spaces (for the note)
 -- ARGV[15] record TTL ms  how long the outcome record lives
--- ARGV[16…] one compact JSON per event
+-- ARGV[16] publish        'PUBLISH' (a single Redis: one channel for every thread) or
+--                         'SPUBLISH' (a cluster: ARGV[12] is the thread's own shard channel,
+--                         in the slot of KEYS)
+-- ARGV[17…] one compact JSON per event
 --
 -- Returns {epoch, {entry id…}}, or {'conflict', epoch, info} when the log's epoch or
 -- last-generated-id is not the expected one (nothing appended, nothing changed), or
--- {'fenced'} when KEYS[4] exists (nothing appended, nothing changed): the broker lost this
+-- {'fenced'} when KEYS[4] is '-' (nothing appended, nothing changed): the broker lost this
 -- call's reply and outcome.lua settled it as "not appended" before it ran, so it must never
--- append now. An append records `<epoch> <entry id>…` at KEYS[4] for ARGV[15] ms, from which
+-- append now; or {'done', record} when KEYS[4] holds this append's record (it ran before:
+-- nothing appended again). An append records `<epoch> <entry id>…` at KEYS[4] for ARGV[15] ms, from which
 -- outcome.lua answers a broker that lost the reply. The newest
 -- entry's ID being the expected one is taken as a match (the only difference from the
 -- last-generated-id: entries after it deleted with XDEL, which are then not in the log the
@@ -42,8 +46,14 @@
 -- After the XADDs, PUBLISHes the batch on ARGV[12] (format: notify.rs), with the stream's
 -- last-generated-id before the batch: ARGV[5] when conditional (just compared), else from
 -- XINFO STREAM ('0-0' for a stream that did not exist).
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  return {'fenced'}
+local done = redis.call('GET', KEYS[4])
+if done then
+  if done == '-' then
+    return {'fenced'}
+  end
+  -- This very append already ran (a client repeated it after losing its reply: the cluster
+  -- connection retries a call whose connection dropped): its record, nothing appended again.
+  return {'done', done}
 end
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[9])
 local prev = ARGV[5]
@@ -67,7 +77,7 @@ if ARGV[4] ~= '' then
     end
   end
 end
-if #ARGV < 16 then
+if #ARGV < 17 then
   return {ep, {}}
 end
 if ARGV[12] ~= '' and ARGV[4] == '' then
@@ -88,12 +98,18 @@ if in_use then
   cap = '0'
 end
 local ids = {}
-for i = 16, #ARGV do
+for i = 17, #ARGV do
   if cap ~= '0' then
     ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'e', ARGV[i])
   else
     ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   end
+end
+-- `MAXLEN ~` removes whole stream nodes only: a Redis whose nodes are large (the
+-- stream-node-max-entries / -bytes settings; 0 for both: one node) would trim nothing, and
+-- the stream would grow without bound. Past twice the cap, trim exactly to the cap.
+if cap ~= '0' and redis.call('XLEN', KEYS[1]) > 2 * tonumber(cap) then
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', cap)
 end
 if candidate then
   local older = pending_of(KEYS[3])
@@ -141,12 +157,12 @@ if ARGV[12] ~= '' then
   local i = 0
   for ty in string.gmatch(ARGV[14], '%S+') do
     i = i + 1
-    local e = ARGV[15 + i]
+    local e = ARGV[16 + i]
     note[#note + 1] = ids[i] .. ' ' .. ty .. ' ' .. #e .. '\n'
     note[#note + 1] = e
   end
   if i == #ids then
-    redis.call('PUBLISH', ARGV[12], table.concat(note))
+    redis.call(ARGV[16], ARGV[12], table.concat(note))
   end
 end
 return {ep, ids}

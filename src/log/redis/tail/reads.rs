@@ -2,16 +2,20 @@
 //! `SCRIPT LOAD`), the pipelined read scripts (pages, and the checks of a cursor against the
 //! log), the epoch checks and the `XREAD` over every followed stream.
 
+use super::cluster::{ClusterReads, slot_of};
 use super::{DIRTY_BATCH, Flow, Follow, TailReader, block_of, xread_interval};
 use crate::event::ThreadId;
 use crate::log::check_resumable;
+use crate::log::redis::conn::Target;
 use crate::log::redis::resp::{
     RawEntry, ReadPage, decode_entries, parse_epoch_str, parse_read_reply, parse_xread, string,
     unavailable,
 };
 use crate::log::redis::scripts::{Keys, ReadArgs, ScriptArgs};
 use crate::log::{Epoch, EventId, LogError, LogHead, StreamPos, TailItem};
-use crate::metrics::BACKEND_UP;
+use crate::metrics::{
+    BACKEND_UP, STREAM_BYTES, STREAM_BYTES_MAX, STREAM_ENTRIES, STREAM_ENTRIES_MAX,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 use std::collections::HashMap;
@@ -50,9 +54,12 @@ impl TailReader {
         let count = config.read_count.max(1);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        let mut slots = Vec::with_capacity(todo.len());
         for (thread, follow) in &todo {
+            let keys = Keys::new(&config.prefix, thread);
+            slots.push(slot_of(keys.stream.as_bytes()));
             ReadArgs {
-                keys: &Keys::new(&config.prefix, thread),
+                keys: &keys,
                 fresh_epoch: Epoch::random(),
                 after: Some(follow.cursor),
                 count,
@@ -61,7 +68,7 @@ impl TailReader {
             .evalsha(&mut pipe, &self.log.scripts.read);
         }
         let op_timeout = config.op_timeout;
-        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+        let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
             return Ok(Flow::Stop);
         };
         let now = Instant::now();
@@ -123,11 +130,24 @@ impl TailReader {
         if self.conn.is_some() {
             return Ok(());
         }
+        if let Target::Cluster { seeds, .. } = &self.log.target {
+            let open = ClusterReads::open(seeds.clone(), self.log.config.op_timeout);
+            let reads = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return Err(LogError::Unavailable("shutting down".into())),
+                reads = open => reads?,
+            };
+            self.conn = Some(ReaderConn::Cluster(Box::new(reads)));
+            self.connected(0);
+            return Ok(());
+        }
+        let Target::Single(client) = &self.log.target else {
+            unreachable!("a target is a cluster or a single Redis");
+        };
         let config = &self.log.config;
         let connection_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(block_of(config) + config.op_timeout));
-        let client = &self.log.client;
         let read = &self.log.scripts.read;
         let open = async {
             let mut conn = client
@@ -168,37 +188,62 @@ impl TailReader {
                 Err(_) => return Err(LogError::Unavailable("redis tail connect timed out".into())),
             },
         };
-        self.conn = Some(conn);
-        self.shared.reader_client_id.store(id, Ordering::SeqCst);
-        metrics::gauge!(BACKEND_UP).set(1.0);
-        // Redis may have restarted without its data: check every thread again.
-        for f in self.shared.state.lock().follows.values_mut() {
-            f.checked = None;
-        }
-        tracing::info!(client_id = id, "redis tail connected");
+        self.conn = Some(ReaderConn::Single(conn));
+        self.connected(id);
         Ok(())
     }
 
-    fn conn(&mut self) -> Result<&mut MultiplexedConnection, LogError> {
-        self.conn
-            .as_mut()
-            .ok_or_else(|| LogError::Unavailable("redis tail not connected".into()))
+    /// After connecting: the waker's client id, `up`, and a full check of every follow
+    /// (Redis may have restarted without its data, or failed over).
+    fn connected(&mut self, client_id: u64) {
+        self.shared
+            .reader_client_id
+            .store(client_id, Ordering::SeqCst);
+        metrics::gauge!(BACKEND_UP).set(1.0);
+        for f in self.shared.state.lock().follows.values_mut() {
+            f.checked = None;
+        }
+        tracing::info!(client_id, "redis tail connected");
     }
 
-    /// Sends `pipe` on the dedicated connection under `deadline`, watching for shutdown.
+    /// True when the reader reads a cluster (no blocking reads: `CROSSSLOT`).
+    pub(super) fn on_cluster(&self) -> bool {
+        self.log.target.is_cluster()
+    }
+
+    /// Sends `pipe` (command `i` touching slot `slots[i]`, used on a cluster) on the dedicated
+    /// connection(s) under `deadline`, watching for shutdown and for the probe's verdict.
     async fn query(
         &mut self,
         pipe: &redis::Pipeline,
+        slots: &[u16],
         deadline: Duration,
     ) -> Result<Option<Vec<Value>>, LogError> {
         let shutdown = self.shutdown.clone();
-        let conn = self.conn()?;
+        let probe = self.log.probe.clone();
+        let log = self.log.clone();
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(LogError::Unavailable("redis tail not connected".into()));
+        };
+        let reply = async {
+            match conn {
+                ReaderConn::Single(conn) => pipe
+                    .query_async::<Vec<Value>>(conn)
+                    .await
+                    .map_err(unavailable),
+                ReaderConn::Cluster(reads) => reads.query(pipe, slots, &log.scripts.read).await,
+            }
+        };
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => Ok(None),
-            reply = tokio::time::timeout(deadline, pipe.query_async::<Vec<Value>>(conn)) => match reply {
+            // The probe found this connection stalled: drop it (the caller reconnects).
+            _ = probe.reconnect_reader.notified() => Err(LogError::Unavailable(
+                "redis tail stalled: dropping its connection".into(),
+            )),
+            reply = tokio::time::timeout(deadline, reply) => match reply {
                 Ok(Ok(values)) => Ok(Some(values)),
-                Ok(Err(e)) => Err(unavailable(e)),
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(LogError::Unavailable(format!("redis tail timed out after {deadline:?}"))),
             },
         }
@@ -216,12 +261,13 @@ impl TailReader {
         let mut full = fresh;
         if !known.is_empty() {
             let mut pipe = redis::pipe();
+            let mut slots = Vec::with_capacity(known.len());
             for (thread, _) in &known {
-                pipe.cmd("HGET")
-                    .arg(Keys::new(&prefix, thread).meta)
-                    .arg("epoch");
+                let meta = Keys::new(&prefix, thread).meta;
+                slots.push(slot_of(meta.as_bytes()));
+                pipe.cmd("HGET").arg(meta).arg("epoch");
             }
-            let Some(epochs) = self.query(&pipe, op_timeout).await? else {
+            let Some(epochs) = self.query(&pipe, &slots, op_timeout).await? else {
                 return Ok(Flow::Stop);
             };
             let now = Instant::now();
@@ -291,9 +337,12 @@ impl TailReader {
         let config = &self.log.config;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        let mut slots = Vec::new();
         for (thread, cursor) in threads {
+            let keys = Keys::new(&config.prefix, thread);
+            slots.push(slot_of(keys.stream.as_bytes()));
             ReadArgs {
-                keys: &Keys::new(&config.prefix, thread),
+                keys: &keys,
                 fresh_epoch: Epoch::random(),
                 after: Some(cursor),
                 count: 0,
@@ -302,7 +351,7 @@ impl TailReader {
             .evalsha(&mut pipe, &self.log.scripts.read);
         }
         let op_timeout = config.op_timeout;
-        let Some(replies) = self.query(&pipe, op_timeout).await? else {
+        let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
             return Ok(None);
         };
         replies
@@ -318,8 +367,9 @@ impl TailReader {
             .map(Some)
     }
 
-    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <cursors…>` (`BLOCK` in blocking mode; the
-    /// notified mode's periodic read returns at once), then, for the threads that got entries,
+    /// `XREAD COUNT n [BLOCK ms] STREAMS <keys…> <probe> <cursors…> <probe cursor>` (`BLOCK`
+    /// in blocking mode; the notified mode's periodic read returns at once; the node's probe
+    /// stream is read back too, `probe.rs`), then, for the threads that got entries,
     /// a pipelined check of their cursors: the entries are delivered only if the cursor was
     /// still resumable (same epoch, nothing after it trimmed, its entry still in the log);
     /// otherwise a discontinuity.
@@ -348,45 +398,86 @@ impl TailReader {
             self.stream_keys.retain(|t, _| followed.contains(t));
             self.keys_generation = generation;
         }
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(config.read_count.max(1));
-        if block {
-            cmd.arg("BLOCK")
-                .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
-        }
-        cmd.arg("STREAMS");
+        // Every followed stream and its cursor, then the node's probe stream (`probe.rs`),
+        // read back like the followed streams.
+        let mut streams: Vec<(Arc<str>, String)> = Vec::with_capacity(follows.len() + 1);
         let mut by_key: HashMap<Arc<str>, usize> = HashMap::with_capacity(follows.len());
-        for (i, (thread, _)) in follows.iter().enumerate() {
+        for (i, (thread, follow)) in follows.iter().enumerate() {
             let key = self
                 .stream_keys
                 .entry(thread.clone())
-                .or_insert_with(|| Keys::new(&config.prefix, thread).stream.into());
-            cmd.arg(&**key);
+                .or_insert_with(|| Keys::new(&config.prefix, thread).stream.into())
+                .clone();
             by_key.insert(key.clone(), i);
+            streams.push((key, follow.cursor.to_string()));
         }
-        for (_, follow) in &follows {
-            cmd.arg(follow.cursor.to_string());
-        }
+        streams.push((self.probe_key.clone(), self.probe_cursor.to_string()));
+        // One `XREAD` for a single Redis; one per slot on a cluster, which refuses keys of
+        // several slots in one command (`CROSSSLOT`) and where the reader never blocks.
+        let cluster = self.on_cluster();
+        let block_read = block && !cluster;
+        let groups: Vec<(u16, Vec<usize>)> = if cluster {
+            let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (i, (key, _)) in streams.iter().enumerate() {
+                by_slot.entry(slot_of(key.as_bytes())).or_default().push(i);
+            }
+            by_slot.into_iter().collect()
+        } else {
+            vec![(0, (0..streams.len()).collect())]
+        };
         let mut pipe = redis::pipe();
-        pipe.add_command(cmd);
-        let deadline = if block {
+        let mut slots = Vec::with_capacity(groups.len());
+        for (slot, members) in &groups {
+            let mut cmd = redis::cmd("XREAD");
+            cmd.arg("COUNT").arg(config.read_count.max(1));
+            if block_read {
+                cmd.arg("BLOCK")
+                    .arg(u64::try_from(block_of(config).as_millis()).unwrap_or(u64::MAX));
+            }
+            cmd.arg("STREAMS");
+            for &i in members {
+                cmd.arg(&*streams[i].0);
+            }
+            for &i in members {
+                cmd.arg(&streams[i].1);
+            }
+            pipe.add_command(cmd);
+            slots.push(*slot);
+        }
+        let deadline = if block_read {
             block_of(config) + config.op_timeout
         } else {
             config.op_timeout
         };
-        let Some(mut replies) = self.query(&pipe, deadline).await? else {
+        let Some(replies) = self.query(&pipe, &slots, deadline).await? else {
             return Ok(Flow::Stop);
         };
-        let reply = replies.pop().unwrap_or(Value::Nil);
         let mut got: Vec<(usize, Vec<RawEntry>)> = Vec::new();
-        for (key, entries) in parse_xread(&reply)? {
-            if let Some(&i) = by_key.get(key.as_str())
-                && !entries.is_empty()
-            {
-                got.push((i, entries));
+        for reply in &replies {
+            if let Value::ServerError(e) = reply {
+                return Err(LogError::Unavailable(format!("redis: {e}")));
+            }
+            for (key, entries) in parse_xread(reply)? {
+                if key.as_str() == &*self.probe_key {
+                    if let Some(last) = entries.last() {
+                        self.probe_cursor = last.pos;
+                        self.log.probe.read_back(last.pos);
+                    }
+                    continue;
+                }
+                if let Some(&i) = by_key.get(key.as_str())
+                    && !entries.is_empty()
+                {
+                    got.push((i, entries));
+                }
             }
         }
         if got.is_empty() {
+            if block && cluster {
+                // In place of the blocking read: the next read a period later (a new follow,
+                // a notice or shutdown ends the wait).
+                return Ok(self.wait(Some(sent + block_of(config))).await);
+            }
             return Ok(Flow::Continue);
         }
         if block {
@@ -437,4 +528,62 @@ impl TailReader {
         }
         Ok(Flow::Continue)
     }
+}
+
+/// Most followed streams one sample of sizes covers (the first ones of the follow map).
+const SAMPLED_STREAMS: usize = 4096;
+
+impl TailReader {
+    /// Samples the sizes of the followed streams (at most [`SAMPLED_STREAMS`]): `XLEN` and
+    /// `MEMORY USAGE` of each, pipelined, into the aggregate gauges (sum and largest, entries
+    /// and bytes). A reply that is an error (`MEMORY` denied by ACLs) counts as 0.
+    pub(super) async fn sample_streams(&mut self) -> Result<Flow, LogError> {
+        let prefix = self.log.config.prefix.clone();
+        let keys: Vec<String> = {
+            let state = self.shared.state.lock();
+            state
+                .follows
+                .keys()
+                .take(SAMPLED_STREAMS)
+                .map(|t| Keys::new(&prefix, t).stream)
+                .collect()
+        };
+        let (mut entries, mut bytes) = ((0u64, 0u64), (0u64, 0u64));
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            let mut slots = Vec::with_capacity(keys.len() * 2);
+            for key in &keys {
+                pipe.cmd("XLEN").arg(key);
+                pipe.cmd("MEMORY").arg("USAGE").arg(key);
+                slots.extend([slot_of(key.as_bytes()); 2]);
+            }
+            let op_timeout = self.log.config.op_timeout;
+            let Some(replies) = self.query(&pipe, &slots, op_timeout).await? else {
+                return Ok(Flow::Stop);
+            };
+            let n = |v: &Value| match v {
+                Value::Int(n) => u64::try_from(*n).unwrap_or(0),
+                _ => 0,
+            };
+            for pair in replies.chunks_exact(2) {
+                let (len, size) = (n(&pair[0]), n(&pair[1]));
+                entries = (entries.0 + len, entries.1.max(len));
+                bytes = (bytes.0 + size, bytes.1.max(size));
+            }
+        }
+        metrics::gauge!(STREAM_ENTRIES).set(entries.0 as f64);
+        metrics::gauge!(STREAM_ENTRIES_MAX).set(entries.1 as f64);
+        metrics::gauge!(STREAM_BYTES).set(bytes.0 as f64);
+        metrics::gauge!(STREAM_BYTES_MAX).set(bytes.1 as f64);
+        Ok(Flow::Continue)
+    }
+}
+
+/// The reader's dedicated connection(s).
+pub(super) enum ReaderConn {
+    /// A single Redis: one connection.
+    Single(MultiplexedConnection),
+    /// A Redis Cluster: one connection per primary, and the slot map.
+    Cluster(Box<ClusterReads>),
 }
