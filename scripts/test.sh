@@ -3,7 +3,11 @@
 # Node 20 + npm; Redis optional):
 #   1. makes sure `redis-server` is installed (tests start private servers to stop and restart)
 #      and that a Redis answers on 127.0.0.1:6379 (started here, without persistence, if not);
-#   2. installs the Node test client from its lockfile (`npm ci --prefix tests/node`);
+#   2. installs the Node test client from its lockfile (`npm ci --prefix tests/node`), builds
+#      the TypeScript client package (`npm ci --prefix clients/js && npm run build --prefix
+#      clients/js`; tests/client_js.rs runs its tests), installs the console's bundler
+#      (console/, to check the committed bundle) and makes sure Debian's `chromium` is installed
+#      (the console's browser test, tests/console.rs, drives it headless);
 #   3. makes sure `python3 -m venv` works (python3-venv), for the Python example agent's test;
 #   4. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`, then the load
 #      generator's smoke run (loadtest/smoke.sh) and the fault suite's short form
@@ -89,6 +93,18 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 log "node $(node --version); installing tests/node from its lockfile"
 npm ci --prefix tests/node --no-audit --no-fund
+log "building the client package clients/js (@agui-fanout/client)"
+npm ci --prefix clients/js --no-audit --no-fund
+npm run build --prefix clients/js
+log "installing the console's bundler (console/)"
+npm ci --prefix console --no-audit --no-fund
+
+# --- Chromium (tests/console.rs drives it headless through playwright-core) ----------------------
+if [[ ! -x ${AGUI_TEST_CHROMIUM:-/usr/bin/chromium} ]]; then
+  log "chromium not found: installing it with apt-get"
+  apt_install chromium
+fi
+log "$("${AGUI_TEST_CHROMIUM:-/usr/bin/chromium}" --version 2>/dev/null || echo chromium)"
 
 # --- Python (examples/python-agent) -----------------------------------------------------------
 # tests/python_agent.rs installs the example agent into a virtualenv under target/ (PyPI);

@@ -155,6 +155,7 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         auth,
         cors,
         bodies,
+        connections: http::admin::connections::Connections::new(),
     };
     // Every family on /metrics from start, and `agui_backend_up` from a first ping rather than
     // from the first operation (an alert on it must not wait for traffic).

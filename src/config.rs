@@ -34,6 +34,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "retention",
     "runs",
     "shutdown",
+    "console",
     "agents",
 ];
 
@@ -107,6 +108,8 @@ pub struct Config {
     pub runs: RunsConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// The operator console at `/console` (PROTOCOL §12).
+    pub console: ConsoleConfig,
     /// The run gateway's upstream agents, by name (`[agents.<name>]`, PROTOCOL §11); none by
     /// default.
     pub agents: std::collections::BTreeMap<String, agents::AgentConfig>,
@@ -275,6 +278,17 @@ pub struct ShutdownConfig {
     pub drain: Duration,
 }
 
+/// The operator console (PROTOCOL §12): static pages embedded in the binary, served at
+/// `/console`, that call the admin API (so, with authentication on, they need an admin token).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console. Unset: served when `listen` is a loopback address (a developer's
+    /// broker), not otherwise (a deployed node serves it only when asked to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -296,6 +310,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             runs: RunsConfig::default(),
             shutdown: ShutdownConfig::default(),
+            console: ConsoleConfig::default(),
             agents: Default::default(),
         }
     }
@@ -515,6 +530,14 @@ pub struct Overrides {
 }
 
 impl Config {
+    /// Whether `/console` is served: `console.enabled`, or when unset whether `listen` is a
+    /// loopback address.
+    pub fn console_enabled(&self) -> bool {
+        self.console
+            .enabled
+            .unwrap_or_else(|| self.listen.ip().is_loopback())
+    }
+
     /// Loads defaults ← `file` (or `config/default.toml` when it exists) ← `AGUI_*` env ← flags.
     ///
     /// # Errors

@@ -36,7 +36,7 @@ pub const SKIPPED: &str = "agui_events_skipped_total";
 /// unknown, invalid, bridge; PROTOCOL §9).
 pub const RESETS: &str = "agui_resets_total";
 /// Counter: subscribers disconnected by the broker, by `cause` (overflow, discontinuity,
-/// backend, write_timeout, token_expired, max_age; PROTOCOL §9).
+/// backend, write_timeout, token_expired, max_age, admin; PROTOCOL §9).
 pub const DISCONNECTS: &str = "agui_disconnects_total";
 /// Counter: backend operations that failed, by `backend` and `op`.
 pub const BACKEND_ERRORS: &str = "agui_backend_errors_total";
@@ -130,6 +130,7 @@ pub const DISCONNECT_CAUSES: &[&str] = &[
     "write_timeout",
     "token_expired",
     "max_age",
+    "admin",
 ];
 /// Label values of `agui_append_outcomes_settled_total{outcome}`.
 pub const SETTLED_OUTCOMES: &[&str] = &["appended", "not_appended", "unknown"];
@@ -159,6 +160,8 @@ pub const REDIS_OPS: &[&str] = &[
     "runs",
     "tail",
     "notify",
+    "list",
+    "summary",
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

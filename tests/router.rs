@@ -49,6 +49,7 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
         auth: None,
         cors: None,
         bodies: http::BodyBudget::new(config.limits.bodies_in_flight_bytes),
+        connections: http::admin::connections::Connections::new(),
         config: Arc::new(config),
     };
     (http::router(state.clone()), state)
@@ -272,13 +273,8 @@ async fn metrics_are_prometheus_text() {
 
 #[tokio::test]
 async fn unknown_routes_are_404_and_other_methods_405_in_json() {
-    for path in [
-        "/",
-        "/v1/threads",
-        "/v1/threads/t1",
-        "/v1/threads/t1/nope",
-        "/v2/x",
-    ] {
+    // `/v1/threads` and `/v1/threads/{id}` are the admin API's (tests/admin.rs).
+    for path in ["/", "/v1/threads/t1/nope", "/v2/x"] {
         let (status, resp) = send(app().await, get(path)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         error(&json_body(resp).await, "not_found");
@@ -290,6 +286,9 @@ async fn unknown_routes_are_404_and_other_methods_405_in_json() {
         (Method::POST, "/healthz"),
         (Method::POST, "/readyz"),
         (Method::POST, "/metrics"),
+        (Method::POST, "/v1/threads"),
+        (Method::DELETE, "/v1/threads/t1"),
+        (Method::POST, "/v1/connections/1"),
     ] {
         let req = Request::builder()
             .method(method.clone())

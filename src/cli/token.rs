@@ -1,5 +1,6 @@
 //! The `token` subcommand (PROTOCOL §8): prints an HS256 token for development whose `agui` claim
-//! allows the given thread patterns, with the `aud` and `iss` a broker may require. Signing is
+//! allows the given thread patterns (or everything, `--admin`), with the `aud` and `iss` a
+//! broker may require. Signing is
 //! [`crate::http::auth::DevToken`].
 
 use std::time::Duration;
@@ -16,6 +17,10 @@ pub struct TokenArgs {
     /// A thread pattern the token may publish to (repeatable).
     #[arg(long)]
     pub publish: Vec<String>,
+    /// An operator's token (`"admin": true`): the admin API, the console, and subscribing and
+    /// publishing on every thread (PROTOCOL §12).
+    #[arg(long)]
+    pub admin: bool,
     /// Lifetime, e.g. `1h`, `30m` ("0s": no `exp`).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
@@ -42,6 +47,7 @@ pub fn run(args: &TokenArgs) -> Result<String, jsonwebtoken::errors::Error> {
     crate::http::auth::DevToken {
         subscribe: &args.subscribe,
         publish: &args.publish,
+        admin: args.admin,
         ttl,
         audience: claim(&args.audience),
         issuer: claim(&args.issuer),

@@ -6,10 +6,12 @@
 //!   `access_token` query parameter (RFC 6750 §2.3; what a native `EventSource` can send), the
 //!   cookie named by `auth.cookie` (default `agui_token`; an `EventSource` with
 //!   `withCredentials` sends it).
-//! - **What it allows**: the claim `agui`, `{"subscribe": [patterns], "publish": [patterns]}`.
-//!   A pattern is a thread id, or a prefix ending in `*` (`"*"` alone: every thread).
-//!   `subscribe` also allows the thread's snapshot (it is what a subscriber gets as a
-//!   prelude).
+//! - **What it allows**: the claim `agui`, `{"subscribe": [patterns], "publish": [patterns],
+//!   "admin": true}`. A pattern is a thread id, or a prefix ending in `*` (`"*"` alone: every
+//!   thread). `subscribe` also allows the thread's snapshot (it is what a subscriber gets as a
+//!   prelude). `admin` (default `false`) allows the admin API and the console (PROTOCOL §12),
+//!   and, since an operator's console follows and drives any thread, subscribing and
+//!   publishing on every thread.
 //! - **Standard claims**: a token with an `exp` (seconds since the epoch) is valid strictly
 //!   before it, without leeway (RFC 7519 §4.1.4); a stream opened with it ends at that moment
 //!   (the client reconnects with its `Last-Event-ID` and a fresh token). `nbf` is checked
@@ -18,7 +20,7 @@
 //!   §4.1.3). A header with `crit` is refused (RFC 7515 §4.1.11).
 //! - **Errors**: no token, or one that does not verify: 401 `unauthorized` with
 //!   `WWW-Authenticate: Bearer` (RFC 6750 §3); a valid token that does not allow the action on
-//!   the thread: 403 `forbidden`.
+//!   the thread, or an admin request without `admin`: 403 `forbidden` naming the claim.
 //!
 //! `/healthz`, `/readyz` and `/metrics` are not authenticated (probes and Prometheus).
 
@@ -124,6 +126,9 @@ struct Grants {
     subscribe: Vec<String>,
     #[serde(default)]
     publish: Vec<String>,
+    /// The admin API and the console, and every thread (PROTOCOL §12).
+    #[serde(default)]
+    admin: bool,
 }
 
 impl Auth {
@@ -194,6 +199,49 @@ impl Auth {
         thread: &ThreadId,
         action: Action,
     ) -> Result<Granted, ApiError> {
+        let verified = self.verified(credentials)?;
+        let patterns = match action {
+            Action::Subscribe => &verified.grants.subscribe,
+            Action::Publish => &verified.grants.publish,
+        };
+        if !verified.grants.admin && !patterns.iter().any(|p| pattern_matches(p, thread.as_str())) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "the token does not allow {} on thread {thread}",
+                    action.as_str()
+                ),
+            )
+            .field(Some(format!("agui.{}", action.as_str()))));
+        }
+        Ok(Granted {
+            expires: verified.expires,
+        })
+    }
+
+    /// Checks that the request's token carries `"admin": true` in its `agui` claim (the admin
+    /// API and the console, PROTOCOL §12).
+    ///
+    /// # Errors
+    /// 401 `unauthorized` as [`Auth::check`]; 403 `forbidden` naming `agui.admin`.
+    pub fn check_admin(&self, credentials: Credentials<'_>) -> Result<Granted, ApiError> {
+        let verified = self.verified(credentials)?;
+        if !verified.grants.admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the token does not allow the admin API (agui.admin)",
+            )
+            .field(Some("agui.admin".into())));
+        }
+        Ok(Granted {
+            expires: verified.expires,
+        })
+    }
+
+    /// The request's token, verified (or remembered) and checked against the clock.
+    fn verified(&self, credentials: Credentials<'_>) -> Result<Arc<Verified>, ApiError> {
         let token = self
             .token(credentials)
             .ok_or_else(|| unauthorized("a bearer token is required", false))?;
@@ -217,24 +265,7 @@ impl Auth {
         if verified.nbf.is_some_and(|nbf| nbf > now_secs) {
             return Err(unauthorized("invalid token: ImmatureSignature", true));
         }
-        let patterns = match action {
-            Action::Subscribe => &verified.grants.subscribe,
-            Action::Publish => &verified.grants.publish,
-        };
-        if !patterns.iter().any(|p| pattern_matches(p, thread.as_str())) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "the token does not allow {} on thread {thread}",
-                    action.as_str()
-                ),
-            )
-            .field(Some(format!("agui.{}", action.as_str()))));
-        }
-        Ok(Granted {
-            expires: verified.expires,
-        })
+        Ok(verified)
     }
 
     /// Verifies a token not seen before: header, algorithm, signature, claims.
@@ -355,6 +386,7 @@ pub fn issue_hs256(
     DevToken {
         subscribe,
         publish,
+        admin: false,
         ttl,
         audience: None,
         issuer: None,
@@ -370,6 +402,8 @@ pub struct DevToken<'a> {
     pub subscribe: &'a [String],
     /// Thread patterns it may publish to.
     pub publish: &'a [String],
+    /// `"admin": true`: the admin API, the console and every thread (PROTOCOL §12).
+    pub admin: bool,
     /// Lifetime (`None`: no `exp`).
     pub ttl: Option<Duration>,
     /// The `aud` claim (`None`: none).
@@ -387,6 +421,9 @@ impl DevToken<'_> {
         let mut claims = serde_json::json!({
             "agui": {"subscribe": self.subscribe, "publish": self.publish}
         });
+        if self.admin {
+            claims["agui"]["admin"] = true.into();
+        }
         if let Some(ttl) = self.ttl {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -516,6 +553,7 @@ mod tests {
             grants: Grants {
                 subscribe: vec![],
                 publish: vec!["*".into()],
+                admin: false,
             },
         };
         auth.verified.insert(token.as_str().into(), Arc::new(past));

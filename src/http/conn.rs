@@ -32,11 +32,13 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_io_timeout::TimeoutStream;
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 /// Size of the first read of a connection: most request heads fit (the buffer grows, up to
 /// `limits.max_head_bytes`, for those that do not).
@@ -73,11 +75,11 @@ pub async fn serve<S, D>(
     let tracker = TaskTracker::new();
     tokio::pin!(stop_accepting);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             _ = &mut stop_accepting => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -87,6 +89,7 @@ pub async fn serve<S, D>(
         };
         tracker.spawn(handle(
             stream,
+            peer,
             state.clone(),
             router.clone(),
             graceful.watcher(),
@@ -105,12 +108,18 @@ pub async fn serve<S, D>(
 
 /// One connection: served here when its first request is a plain subscribe, refused here when
 /// its first head is not one hyper would take, else served by hyper.
-async fn handle(mut stream: TcpStream, state: AppState, router: Router, watcher: Watcher) {
+async fn handle(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    state: AppState,
+    router: Router,
+    watcher: Watcher,
+) {
     // Frames are written whole; Nagle's algorithm would only delay the next one.
     let _ = stream.set_nodelay(true);
     let max_head = state.config.limits.max_head_bytes;
     match route(&mut stream, HEAD_TIMEOUT, max_head).await {
-        Route::Subscribe(req) => serve_subscribe(stream, req, state).await,
+        Route::Subscribe(req) => serve_subscribe(stream, peer, req, state).await,
         // Boxed: a task is as large as its largest state, and hyper's connection future would
         // otherwise make every idle subscriber's task as large as a publisher's.
         Route::Hyper(read) => {
@@ -118,6 +127,7 @@ async fn handle(mut stream: TcpStream, state: AppState, router: Router, watcher:
             let (write_timeout, send_buffer) = (sse.write_timeout, sse.send_buffer);
             Box::pin(serve_hyper(
                 stream,
+                peer,
                 read,
                 router,
                 watcher,
@@ -262,11 +272,17 @@ fn parse_subscribe(req: &httparse::Request<'_, '_>) -> Option<SubscribeRequest> 
 }
 
 /// Serves a subscribe request on the raw socket (see the module docs).
-async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppState) {
+async fn serve_subscribe(
+    stream: TcpStream,
+    peer: SocketAddr,
+    req: SubscribeRequest,
+    state: AppState,
+) {
     // Boxed: a task is as large as its largest state. Reading the head, checking the token and
     // opening (the hub, the log) are done before the stream starts, so their state must not
     // stay part of the task for the stream's lifetime (idle memory per subscriber).
-    let Some((stream, head, opened)) = Box::pin(start_subscribe(stream, req, state)).await else {
+    let Some((stream, head, opened)) = Box::pin(start_subscribe(stream, peer, req, state)).await
+    else {
         return;
     };
     // `start_subscribe` answers `Unavailable` itself: only a stream comes back.
@@ -288,6 +304,7 @@ async fn serve_subscribe(stream: TcpStream, req: SubscribeRequest, state: AppSta
 /// response head (with the CORS headers) and the opened stream.
 async fn start_subscribe(
     mut stream: TcpStream,
+    peer: SocketAddr,
     req: SubscribeRequest,
     state: AppState,
 ) -> Option<(TcpStream, Bytes, Opened)> {
@@ -313,6 +330,7 @@ async fn start_subscribe(
         req.last_event_id.as_deref(),
         req.query,
         expires,
+        Some(peer),
     )
     .await;
     match opened {
@@ -436,7 +454,8 @@ struct HyperSettings {
 }
 
 /// Serves a connection with hyper (HTTP/1 with keep-alive, or HTTP/2) and the router; `read`
-/// is what the front already read of it (hyper reads it first).
+/// is what the front already read of it (hyper reads it first). Every request carries the
+/// peer's address as axum's `ConnectInfo` extension (the admin API lists it, PROTOCOL §12).
 ///
 /// A write to the socket that makes no progress for `write_timeout` (`sse.write_timeout`)
 /// fails with `TimedOut` and ends the connection, counted as
@@ -451,6 +470,7 @@ struct HyperSettings {
 /// slowly but steadily would see no write progress for longer than the timeout and be cut.
 async fn serve_hyper(
     stream: TcpStream,
+    peer: SocketAddr,
     read: Bytes,
     router: Router,
     watcher: Watcher,
@@ -463,7 +483,13 @@ async fn serve_hyper(
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(settings.max_head.max(MIN_HYPER_BUFFER));
-    let service = TowerToHyperService::new(router);
+    let service = TowerToHyperService::new(router.map_request(
+        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            req
+        },
+    ));
     let mut io = TimeoutStream::new(stream);
     io.set_write_timeout(Some(settings.write_timeout));
     let io = Rewind::new(read, Box::pin(io));

@@ -1,15 +1,17 @@
 //! The HTTP API (PROTOCOL §2): `router()` wires publish, subscribe, snapshot, the run gateway
-//! (§11), health and metrics over a shared [`AppState`]; errors are JSON
-//! `{"error":{"code","message","index"?,"field"?}}`.
+//! (§11), the admin API and the console (§12), health and metrics over a shared
+//! [`AppState`]; errors are JSON `{"error":{"code","message","index"?,"field"?}}`.
 //!
 //! Data path position: the edge. Publish enters the path here (→ `event` → `ingest` →
 //! `log`); subscribe leaves it here (`hub` → `queue` → `stream`, whose writers write the
 //! bytes `sse` encodes).
 
+pub mod admin;
 mod agents;
 pub mod auth;
 mod body;
 pub mod conn;
+mod console;
 pub mod cors;
 mod error;
 mod head;
@@ -32,7 +34,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +69,8 @@ pub struct AppState {
     pub cors: Option<Arc<tower_http::cors::CorsLayer>>,
     /// The node's budget for request bodies read whole (`limits.bodies_in_flight_bytes`).
     pub bodies: BodyBudget,
+    /// This node's open event streams, for the admin API (PROTOCOL §12).
+    pub connections: admin::connections::Connections,
 }
 
 impl AppState {
@@ -113,14 +117,53 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// Checks that the request's token carries the admin claim (PROTOCOL §12): its
+    /// `Authorization`, every `Cookie` of `headers`, or the query's `access_token`. Nothing to
+    /// check when authentication is off.
+    ///
+    /// # Errors
+    /// 401 `unauthorized`, 403 `forbidden` (see [`auth::Auth::check_admin`]).
+    pub(crate) fn authorize_admin(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        let cookies: Vec<&[u8]> = headers
+            .get_all(COOKIE)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        let credentials = auth::Credentials {
+            authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            query_token,
+            cookies: &cookies,
+        };
+        auth.check_admin(credentials).map(|_| ())
+    }
+}
+
 /// The broker's router. Tests can drive it with `tower::ServiceExt::oneshot` without a socket.
 pub fn router(state: AppState) -> Router {
-    let router = Router::new()
+    let router = Router::new();
+    let router = if state.config.console_enabled() {
+        console::routes(router)
+    } else {
+        router
+    };
+    let router = router
         .route(
             "/v1/threads/{thread_id}/events",
             get(subscribe::subscribe).post(publish::publish),
         )
         .route("/v1/threads/{thread_id}/snapshot", get(snapshot::snapshot))
+        .route("/v1/threads", get(admin::threads))
+        .route("/v1/threads/{thread_id}", get(admin::thread))
+        .route("/v1/connections", get(admin::connections))
+        .route("/v1/connections/{id}", delete(admin::close))
         .route("/v1/agents/{name}", post(agents::run))
         .route(
             "/v1/threads/{thread_id}/runs/{run_id}/cancel",

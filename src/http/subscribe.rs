@@ -3,6 +3,7 @@
 //! headers; the header wins, since `EventSource` sends it on reconnect while the URL keeps the
 //! first id), or from the start with `?from=start`.
 
+use super::admin::connections::StartKind;
 use super::auth::{Action, Credentials};
 use super::publish::parse_thread;
 use super::{ApiError, AppState};
@@ -14,11 +15,12 @@ use crate::sse;
 use crate::stream::{self, Guard, StreamSettings};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
@@ -62,6 +64,7 @@ pub(super) async fn subscribe(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<SubscribeQuery>, QueryRejection>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Path(thread) = path?;
@@ -79,6 +82,7 @@ pub(super) async fn subscribe(
         header_id,
         query,
         granted.and_then(|g| g.expires),
+        peer.map(|axum::Extension(ConnectInfo(addr))| addr),
     )
     .await?
     {
@@ -124,7 +128,9 @@ pub(crate) fn authorize_front(
 /// Opens a subscription (PROTOCOL §2–§4), once its token was checked: checks the thread id and
 /// the node's state, parses the resume point, registers with the hub and collects the frames
 /// the stream starts with. `header_id` is the raw `Last-Event-ID` header, if any; `expires`
-/// the token's expiry, when the stream ends (PROTOCOL §8).
+/// the token's expiry, when the stream ends (PROTOCOL §8); `remote` the client's address, for
+/// the admin API's list of connections (PROTOCOL §12), where the stream is registered while
+/// it is open.
 ///
 /// A draining node opens no stream (PROTOCOL §9): it answers `200` with a short jittered
 /// `retry:` ([`stream::drain_retry_ms`]) and a comment, and ends at once, so that the client
@@ -139,6 +145,7 @@ pub(crate) async fn open(
     header_id: Option<&[u8]>,
     query: SubscribeQuery,
     expires: Option<SystemTime>,
+    remote: Option<SocketAddr>,
 ) -> Result<Opened, ApiError> {
     let thread = parse_thread(thread)?;
     if state.draining.load(Ordering::Relaxed) {
@@ -152,6 +159,7 @@ pub(crate) async fn open(
         .filter(|s| !s.is_empty())
         .or(query.last_event_id.filter(|s| !s.is_empty()));
     let mut prefix: Vec<Bytes> = Vec::new();
+    let mut malformed = false;
     let start = match raw_id {
         Some(raw) => match raw.parse::<ResumeId>() {
             Ok(ResumeId::Event(id)) => Start::After(id),
@@ -165,6 +173,7 @@ pub(crate) async fn open(
                 prefix.push(sse::encode_comment(
                     "agui-fanout: malformed Last-Event-ID, starting at the head",
                 ));
+                malformed = true;
                 Start::Live
             }
         },
@@ -237,10 +246,22 @@ pub(crate) async fn open(
     if let Some(prelude) = sub.prelude {
         prefix.push(prelude.bytes);
     }
+    let kind = match (start, sub.outcome) {
+        _ if malformed => StartKind::Prelude,
+        (_, Outcome::Unresumable(_) | Outcome::StartTrimmed) => StartKind::Prelude,
+        (_, Outcome::EpochStart) => StartKind::Epoch,
+        (Start::After(_), Outcome::Exact) => StartKind::Exact,
+        (Start::FromStart, Outcome::Exact) => StartKind::FromStart,
+        (Start::Live | Start::InsideBridge(_), Outcome::Exact) => StartKind::New,
+    };
+    let registered = state
+        .connections
+        .register(thread, remote, kind, sub.queue.clone());
     Ok(Opened::Stream {
         queue: sub.queue,
         prefix,
-        guard: Box::new(sub.guard),
+        // Dropped with the stream: the hub's registration first, then the admin list's.
+        guard: Box::new((sub.guard, registered)),
         settings,
     })
 }

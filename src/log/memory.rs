@@ -16,8 +16,9 @@
 //! sweep ([`EventLog::note_open_run`]) is a map beside the threads.
 
 use super::{
-    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, check_resumable,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, ListCursor, LogEntry, LogError, LogHead,
+    ReadFrom, ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, ThreadPage,
+    ThreadSummary, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use bytes::Bytes;
@@ -202,6 +203,15 @@ impl ThreadInner {
             epoch: self.epoch,
             last: self.last,
             max_deleted: self.max_deleted,
+        }
+    }
+
+    fn summary(&self, thread: &ThreadId) -> ThreadSummary {
+        ThreadSummary {
+            thread: thread.clone(),
+            head: self.head(),
+            retained: self.entries.len() as u64,
+            last: self.entries.back().cloned(),
         }
     }
 
@@ -426,6 +436,54 @@ impl EventLog for MemoryLog {
 
     async fn ping(&self) -> Result<(), LogError> {
         Ok(())
+    }
+
+    /// In id order: the matching threads are collected and sorted (one pass over the map,
+    /// then each thread's lock in turn); a thread that never had an event (only looked at, or
+    /// expired) is not listed. The cursor's `after` is the last thread looked at.
+    async fn list_threads(
+        &self,
+        prefix: &str,
+        cursor: &ListCursor,
+        limit: usize,
+    ) -> Result<ThreadPage, LogError> {
+        let mut candidates: Vec<(ThreadId, Arc<ThreadLog>)> = self
+            .shared
+            .threads
+            .iter()
+            .filter(|e| e.key().as_str().starts_with(prefix))
+            .filter(|e| cursor.after.as_ref().is_none_or(|after| e.key() > after))
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        candidates.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let limit = limit.clamp(1, super::list::MAX_PAGE);
+        let mut threads = Vec::new();
+        let mut rest = candidates.iter();
+        let mut looked_at: Option<&ThreadId> = None;
+        while threads.len() < limit
+            && let Some((thread, log)) = rest.next()
+        {
+            looked_at = Some(thread);
+            let summary = log.lock(&self.shared.retention).summary(thread);
+            if summary.head.last != StreamPos::ZERO {
+                threads.push(summary);
+            }
+        }
+        let next = match (rest.next(), looked_at) {
+            (Some(_), Some(after)) => Some(ListCursor {
+                scan: 0,
+                after: Some(after.clone()),
+            }),
+            _ => None,
+        };
+        Ok(ThreadPage { threads, next })
+    }
+
+    async fn summary(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
+        Ok(self
+            .thread(thread)
+            .lock(&self.shared.retention)
+            .summary(thread))
     }
 
     async fn note_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {

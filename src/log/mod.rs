@@ -11,8 +11,11 @@
 //! [`EventLog::append_checked`]), retention settings and `check_resumable`, the one rule for
 //! whether a read after an id is exact.
 
+pub mod list;
 pub mod memory;
 pub mod redis;
+
+pub use list::{ListCursor, RunState, ThreadPage, ThreadSummary};
 
 use crate::event::{EventType, ThreadId, ValidEvent};
 use bytes::Bytes;
@@ -596,6 +599,31 @@ pub trait EventLog: Send + Sync + 'static {
     /// # Errors
     /// [`LogError::Unavailable`] when the backend cannot be reached.
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError>;
+
+    /// A page of the threads whose log holds or held an event, whose id starts with `prefix`
+    /// (empty: every thread), from `cursor` on ([`ListCursor::default`]: the first page), with
+    /// at most `limit` threads (1 to [`list::MAX_PAGE`]), each summarised as by
+    /// [`EventLog::summary`] (admin API, PROTOCOL §12). Off the hot path: Redis walks the
+    /// keyspace with `SCAN … MATCH <prefix>:{<thread prefix>*}:log TYPE stream`, so a thread
+    /// present during the whole walk is listed at least once, and may be listed twice when
+    /// the keyspace is resized meanwhile (`SCAN`'s guarantee); the memory log lists in id
+    /// order.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn list_threads(
+        &self,
+        prefix: &str,
+        cursor: &ListCursor,
+        limit: usize,
+    ) -> Result<ThreadPage, LogError>;
+
+    /// The thread's head, how many entries its log retains and its newest entry, in one step
+    /// (Redis: one script), without folding anything.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`].
+    async fn summary(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError>;
 
     /// Answers when the backend is reachable (readiness, PROTOCOL §2 `/readyz`).
     ///

@@ -86,6 +86,9 @@ pub enum CloseReason {
     Backend,
     /// The node is shutting down.
     Shutdown,
+    /// An operator closed the connection (`DELETE /v1/connections/{id}`, PROTOCOL §12); the
+    /// client reconnects with its `Last-Event-ID`.
+    Admin,
 }
 
 impl CloseReason {
@@ -96,6 +99,7 @@ impl CloseReason {
             CloseReason::Discontinuity => "discontinuity",
             CloseReason::Backend => "backend",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::Admin => "admin",
         }
     }
 
@@ -106,6 +110,7 @@ impl CloseReason {
             CloseReason::Discontinuity => Some("agui-fanout: log discontinuity, reconnect"),
             CloseReason::Backend => Some("agui-fanout: log backend unavailable, reconnect"),
             CloseReason::Shutdown => None,
+            CloseReason::Admin => Some("agui-fanout: closed by an operator, reconnect"),
         }
     }
 }
@@ -178,6 +183,8 @@ struct Inner {
     /// The live buffer overflowed and was dropped ([`ConnQueue::begin_reset`]): pushes are
     /// dropped until the writer has the bridge built ([`BridgeSource`]).
     reset_pending: bool,
+    /// Resets begun on this queue ([`ConnQueue::resets`]).
+    resets: u32,
     /// Builds this queue's reset bridges; `None`: an overflow cannot be reset (the hub then
     /// closes the queue).
     bridges: Option<Arc<dyn BridgeSource>>,
@@ -213,6 +220,7 @@ impl ConnQueue {
                 bridge: None,
                 skipped: Skipped::default(),
                 reset_pending: false,
+                resets: 0,
                 bridges: None,
                 closed: None,
                 sink: None,
@@ -300,6 +308,12 @@ impl ConnQueue {
     /// Whether the live buffer exceeds a bound (a pending bridge is not counted).
     fn over_bounds(&self, q: &Inner) -> bool {
         q.live.len() > self.limits.max_events || q.live_bytes > self.limits.max_bytes
+    }
+
+    /// How many resets (PROTOCOL §5 "Reset") this connection went through: overflows, and the
+    /// node's tail falling behind the log's retention. For the admin API (PROTOCOL §12).
+    pub fn resets(&self) -> u32 {
+        self.inner.lock().resets
     }
 
     /// The position of the last frame taken by the writer or written at once (or where the

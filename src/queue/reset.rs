@@ -136,6 +136,7 @@ impl ConnQueue {
             q.live_bytes = 0;
             q.bridge = None;
             q.reset_pending = true;
+            q.resets = q.resets.saturating_add(1);
             PENDING_EVENTS.fetch_sub(dropped, Ordering::Relaxed);
             PENDING_RESETS.fetch_add(1, Ordering::Relaxed);
         }

@@ -14,8 +14,9 @@ use super::{Hub, Start, Subscription, ThreadHub};
 use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::log::memory::MemoryLog;
 use crate::log::{
-    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, ListCursor, LogEntry, LogError, LogHead,
+    ReadFrom, ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, ThreadPage,
+    ThreadSummary,
 };
 use crate::queue::{CloseReason, ConnQueue, Drained, QueueLimits};
 use parking_lot::Mutex;
@@ -156,6 +157,19 @@ impl EventLog for TestLog {
 
     async fn ping(&self) -> Result<(), LogError> {
         Ok(())
+    }
+
+    async fn list_threads(
+        &self,
+        prefix: &str,
+        cursor: &ListCursor,
+        limit: usize,
+    ) -> Result<ThreadPage, LogError> {
+        self.memory.list_threads(prefix, cursor, limit).await
+    }
+
+    async fn summary(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
+        self.memory.summary(thread).await
     }
 
     fn start_tail(

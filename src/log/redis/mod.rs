@@ -109,10 +109,12 @@
 //!   `conn.rs`: the shared connection of either kind;
 //! - `tail.rs` (+ `tail/reads.rs`, `tail/cluster.rs`, `tail/probe.rs`): the node's tail;
 //!   `notify.rs`: the append notes;
-//! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`).
+//! - `runs.rs`: the open-run registry of the orphan sweep (`<prefix>:runs`);
+//! - `list.rs`: the admin API's thread list (`SCAN`) and summaries (`summary.lua`).
 
 mod conn;
 mod connect;
+mod list;
 mod notify;
 mod resp;
 mod runs;
@@ -122,8 +124,8 @@ mod tail;
 mod tests;
 
 use super::{
-    AppendExtras, Checkpoint, Epoch, EventId, EventLog, LogEntry, LogError, LogHead, ReadFrom,
-    ResumeCheck, Retention, Tail, TailItem, check_resumable,
+    AppendExtras, Checkpoint, Epoch, EventId, EventLog, ListCursor, LogEntry, LogError, LogHead,
+    ReadFrom, ResumeCheck, Retention, Tail, TailItem, ThreadPage, ThreadSummary, check_resumable,
 };
 use crate::event::{ThreadId, ValidEvent};
 use crate::metrics::{APPEND_OUTCOMES, BACKEND_ERRORS, BACKEND_LATENCY, BACKEND_UP};
@@ -733,6 +735,21 @@ impl EventLog for RedisLog {
             .map_err(unavailable)
         })
         .await
+    }
+
+    /// `SCAN … MATCH … TYPE stream`, then `summary.lua` per thread (`list.rs`).
+    async fn list_threads(
+        &self,
+        prefix: &str,
+        cursor: &ListCursor,
+        limit: usize,
+    ) -> Result<ThreadPage, LogError> {
+        self.list(prefix, cursor, limit).await
+    }
+
+    /// `summary.lua`: the epoch check, `XINFO STREAM` and `XREVRANGE + - COUNT 1` (`list.rs`).
+    async fn summary(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
+        self.summary_of(thread).await
     }
 
     /// `ZADD … GT` on `<prefix>:runs` (`runs.rs`).

@@ -109,6 +109,11 @@ pub(super) fn parse_pos(v: &Value) -> Result<StreamPos, LogError> {
 /// head and read scripts (the inner list: `XINFO STREAM` fields and the checkpoint's), as a
 /// [`LogHead`].
 pub(super) fn parse_head(items: &[Value]) -> Result<LogHead, LogError> {
+    parse_head_counts(items).map(|(head, _)| head)
+}
+
+/// [`parse_head`], with the stream's `XINFO STREAM` counts (the admin summary's `length`).
+pub(super) fn parse_head_counts(items: &[Value]) -> Result<(LogHead, StreamCounts), LogError> {
     let info = items
         .get(1)
         .and_then(array)
@@ -135,11 +140,12 @@ pub(super) fn parse_head(items: &[Value]) -> Result<LogHead, LogError> {
     };
     let ord = count(6)?;
     let checkpoint = (ord >= 0).then_some((pos(5)?, ord));
-    Ok(LogHead {
+    let head = LogHead {
         epoch: parse_epoch(items.first())?,
         last,
         max_deleted: max_deleted(stream, checkpoint),
-    })
+    };
+    Ok((head, stream))
 }
 
 /// The `XINFO STREAM` fields [`max_deleted`] works from.

@@ -18,6 +18,8 @@ pub(super) struct Scripts {
     pub head: Script,
     /// `checkpoint.lua`, called with [`HeadArgs`].
     pub checkpoint: Script,
+    /// `summary.lua`, called with [`HeadArgs`] (admin API).
+    pub summary: Script,
     /// `outcome.lua`, called with [`OutcomeArgs`].
     pub outcome: Script,
     /// `probe.lua`, called with [`ProbeArgs`].
@@ -53,6 +55,7 @@ impl Scripts {
             head: Script::new(read_script!("scripts/head.lua")),
             producer: Script::new(read_script!("scripts/producer.lua")),
             checkpoint: Script::new(read_script!("scripts/checkpoint.lua")),
+            summary: Script::new(read_script!("scripts/summary.lua")),
             // Allowed when Redis is out of memory: the fence is a few bytes, and an append it
             // cannot settle is answered "outcome unknown".
             outcome: Script::new(concat!(
