@@ -296,8 +296,10 @@ export class FanoutAgent extends HttpAgent {
 
   /** A request to the broker with the token; a 401 with a token function is retried once. */
   private async brokerFetch(url: string, init: RequestInit): Promise<Response> {
-    const send = async () =>
-      this.fetch(url, { ...init, headers: { ...(init.headers as Record<string, string>), ...(await this.authHeaders()) } });
+    const send = async () => {
+      const headers = { ...(init.headers as Record<string, string>), ...(await this.authHeaders()) };
+      return this.fetch(url, { ...init, headers });
+    };
     const first = await send();
     if (first.status !== 401 || typeof this.token !== "function") return first;
     await first.body?.cancel().catch(() => {});
