@@ -106,7 +106,7 @@ fn client_js_units() {
 
 /// `runAgent()` through the gateway (PROTOCOL §11) and `connectAgent()` followers, live, late
 /// and the runner itself, all ending with the log's fold; a following runner applies every
-/// event once.
+/// event once; `cancelRun()` ends the run for the caller and the followers.
 #[test]
 fn client_js_runs_through_the_gateway_and_follows() {
     run_node_tests(&["gateway.test.mjs"]);

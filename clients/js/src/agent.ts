@@ -296,8 +296,10 @@ export class FanoutAgent extends HttpAgent {
 
   /** A request to the broker with the token; a 401 with a token function is retried once. */
   private async brokerFetch(url: string, init: RequestInit): Promise<Response> {
-    const send = async () =>
-      this.fetch(url, { ...init, headers: { ...(init.headers as Record<string, string>), ...(await this.authHeaders()) } });
+    const send = async () => {
+      const headers = { ...(init.headers as Record<string, string>), ...(await this.authHeaders()) };
+      return this.fetch(url, { ...init, headers });
+    };
     const first = await send();
     if (first.status !== 401 || typeof this.token !== "function") return first;
     await first.body?.cancel().catch(() => {});
@@ -358,6 +360,12 @@ export class FanoutAgent extends HttpAgent {
     });
   }
 
+  /**
+   * Runs a turn through the gateway (see `run`), with HttpAgent's lifecycle. During a follow it
+   * resolves once the follow applied the run's last event, with `newMessages` from the follow
+   * and `result` from the run's `RUN_FINISHED`.
+   * @throws AGUIError with `status`/`payload` for a refused request (e.g. 409 `run_active`).
+   */
   override async runAgent(
     parameters?: RunAgentParameters & { abortController?: AbortController },
     subscriber?: AgentSubscriber,
@@ -523,6 +531,8 @@ export class FanoutAgent extends HttpAgent {
     };
   }
 
+  /** A copy for another use of the same broker and agent (CopilotKit clones per thread):
+   * messages, state and the resume point are copied; a follow is not. */
   override clone(): FanoutAgent {
     const cloned = super.clone() as FanoutAgent;
     cloned.setUp(this.brokerUrl, this.agentName, this.token, {

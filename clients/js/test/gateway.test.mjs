@@ -1,7 +1,7 @@
 // FanoutAgent against a real broker with the demo agent behind its gateway: runAgent() runs
 // turns (a full run, an interrupt, the resume), connectAgent() follows the same thread, live or
 // joining late, and all of them end with the log's fold (`/snapshot`). An agent that follows
-// the thread and runs turns itself applies each event once.
+// the thread and runs turns itself applies each event once; cancelRun() ends a run for all.
 
 import assert from "node:assert/strict";
 import test from "node:test";
@@ -147,6 +147,35 @@ test("an agent that follows its thread and runs turns applies every event once",
   assert.ok(running.slice(1, -1).some((r) => r), "isRunning during the runs");
 
   agent.abortRun();
+  await f.done;
+  assert.deepEqual(f.failures, []);
+});
+
+test("cancelRun() ends the thread's active run for the caller and every follower", async (t) => {
+  const { broker } = await setUp(t, "20");
+  const threadId = h.threadId("gw-cancel");
+  const config = { url: broker.base, agent: "demo", threadId };
+  const viewer = h.fanoutAgent(t, config);
+  const f = follow(viewer);
+  const runner = h.fanoutAgent(t, config);
+  runner.addMessage({ id: "u-1", role: "user", content: "hello" });
+  const run = runner.runAgent();
+  await h.until(() => viewer.isRunning && f.events.length >= 5, 10_000, "the run at the viewer");
+
+  const { lastId } = await viewer.cancelRun();
+  await run;
+  const snap = await h.snapshotAt(broker.base, threadId, lastId);
+  assert.equal(snap.run.status, "errored");
+  assert.equal(snap.run.error.code, "cancelled");
+  assert.deepEqual(await viewer.snapshot(), snap, "snapshot() is the broker's fold");
+  await reached(viewer, lastId);
+  assert.equal(f.events.at(-1).type, "RUN_ERROR");
+  assert.equal(f.events.at(-1).code, "cancelled");
+  assert.equal(viewer.isRunning, false);
+  assert.equal(runner.lastEventId, lastId, "the caller's answer ended with the cancel");
+  assert.deepEqual(h.view(viewer), { messages: snap.messages, state: snap.state });
+  await assert.rejects(viewer.cancelRun(), (e) => e.status === 409 && e.payload.error.code === "run_not_active");
+  await viewer.detachActiveRun();
   await f.done;
   assert.deepEqual(f.failures, []);
 });
