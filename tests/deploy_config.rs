@@ -88,11 +88,22 @@ fn overlay_environments_load() {
             "deploy/k8s/overlays/{overlay}/deployment-patch.yaml"
         )))
         .expect("read");
-        let env = env_values(&patch);
+        let mut env = env_values(&patch);
         assert!(!env.is_empty(), "{overlay}: env values found");
+        if overlay == "production" {
+            // The URL comes from the Secret (valueFrom); production's is a rediss:// URL.
+            env.push((
+                "AGUI_REDIS_URL".into(),
+                "rediss://redis.example:6380".into(),
+            ));
+        }
         let c = load_as_pod(&env);
         if overlay == "production" {
             assert_eq!(c.sse.max_stream_age, Some(Duration::from_secs(1800)));
+            assert!(
+                !c.redis_tls_ca.is_empty(),
+                "production names the Redis CA (AGUI_REDIS_TLS_CA)"
+            );
         } else {
             assert_eq!(c.cors.allow_origins.len(), 3);
         }
