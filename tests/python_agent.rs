@@ -26,6 +26,10 @@ fn example_dir() -> PathBuf {
 
 /// The example's virtualenv with its requirements installed; returns its `python`.
 fn virtualenv() -> PathBuf {
+    // The tests of this file run in parallel threads and share one virtualenv: one creates
+    // it while the others wait (two `venv --clear` at once on one directory fail).
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-agent-venv");
     let python = venv.join("bin/python");
     let requirements = std::fs::read_to_string(example_dir().join("requirements.txt"))
