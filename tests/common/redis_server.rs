@@ -128,23 +128,7 @@ impl RedisServer {
 
     /// Runs one command on a fresh connection; its reply as text (integers in decimal).
     pub async fn command(&self, args: &[&str]) -> String {
-        let client = redis::Client::open(self.url()).expect("redis URL");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to the private redis-server");
-        let mut cmd = redis::cmd(args[0]);
-        for arg in &args[1..] {
-            cmd.arg(*arg);
-        }
-        match cmd
-            .query_async::<redis::Value>(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-        {
-            redis::Value::Int(n) => n.to_string(),
-            other => redis::from_redis_value::<String>(other).unwrap_or_default(),
-        }
+        command_on(&redis::Client::open(self.url()).expect("redis URL"), args).await
     }
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
@@ -232,4 +216,24 @@ async fn ping(port: u16) -> bool {
         tokio::time::timeout(Duration::from_millis(500), attempt).await,
         Ok(Some(()))
     )
+}
+
+/// Runs one command on a fresh connection of `client`; its reply as text (integers in decimal).
+pub async fn command_on(client: &redis::Client, args: &[&str]) -> String {
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the private redis-server");
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    match cmd
+        .query_async::<redis::Value>(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    {
+        redis::Value::Int(n) => n.to_string(),
+        other => redis::from_redis_value::<String>(other).unwrap_or_default(),
+    }
 }

@@ -170,23 +170,7 @@ impl TlsRedis {
 
     /// Runs one command over TLS; its reply as text (integers in decimal).
     pub async fn command(&self, pki: &Pki, args: &[&str]) -> String {
-        let mut conn = self
-            .client(pki)
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect over TLS");
-        let mut cmd = redis::cmd(args[0]);
-        for arg in &args[1..] {
-            cmd.arg(*arg);
-        }
-        match cmd
-            .query_async::<redis::Value>(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-        {
-            redis::Value::Int(n) => n.to_string(),
-            other => redis::from_redis_value::<String>(other).unwrap_or_default(),
-        }
+        super::redis_server::command_on(&self.client(pki), args).await
     }
 
     async fn wait_ready(&mut self, pki: &Pki) -> bool {

@@ -247,7 +247,11 @@ async fn subscribe(
 }
 
 /// Sends a control notice, waiting for room; `false` when the tail is gone or shutting down.
-async fn send(tx: &mpsc::Sender<Notice>, shutdown: &CancellationToken, notice: Notice) -> bool {
+pub(super) async fn send(
+    tx: &mpsc::Sender<Notice>,
+    shutdown: &CancellationToken,
+    notice: Notice,
+) -> bool {
     tokio::select! {
         biased;
         _ = shutdown.cancelled() => false,
@@ -256,7 +260,7 @@ async fn send(tx: &mpsc::Sender<Notice>, shutdown: &CancellationToken, notice: N
 }
 
 /// Sleeps `d`; `true` when shutdown came first.
-async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
+pub(super) async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
         biased;
         _ = shutdown.cancelled() => true,

@@ -16,7 +16,7 @@
 use super::probe::Probe;
 use super::{TailShared, backoff};
 use crate::event::ThreadId;
-use crate::log::redis::notify::{Notice, parse_note};
+use crate::log::redis::notify::{Notice, parse_note, pause, send};
 use crate::log::redis::scripts::Keys;
 use crate::metrics::BACKEND_ERRORS;
 use bytes::Bytes;
@@ -285,23 +285,5 @@ fn bytes_of(v: &Value) -> Option<Bytes> {
         Value::BulkString(b) => Some(Bytes::copy_from_slice(b)),
         Value::SimpleString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
         _ => None,
-    }
-}
-
-/// Sends a control notice, waiting for room; `false` when the tail is gone or shutting down.
-async fn send(tx: &mpsc::Sender<Notice>, shutdown: &CancellationToken, notice: Notice) -> bool {
-    tokio::select! {
-        biased;
-        _ = shutdown.cancelled() => false,
-        sent = tx.send(notice) => sent.is_ok(),
-    }
-}
-
-/// Sleeps `d`; `true` when shutdown came first.
-async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        biased;
-        _ = shutdown.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
     }
 }
