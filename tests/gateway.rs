@@ -365,16 +365,7 @@ async fn each_upstream_failure_ends_the_run_with_its_code_and_frees_the_thread()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_run_at_a_time_and_a_cancel_ends_it_and_aborts_the_agent() {
-    let agent = Upstream::start(|i| {
-        let mut events = upstream::full_run(i);
-        events.truncate(4);
-        Answer::Stream {
-            events,
-            gap: Duration::ZERO,
-            end: End::Hang,
-        }
-    })
-    .await;
+    let agent = Upstream::start(upstream::hang_after(4)).await;
     let server = broker_with(&agent.url(), |_, _| {}).await;
     let base = broker::base(server.addr);
     let thread = broker::thread_id("gw-cancel");
@@ -469,16 +460,7 @@ async fn one_run_at_a_time_and_a_cancel_ends_it_and_aborts_the_agent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_through_another_node_ends_the_run_and_aborts_the_agent() {
-    let agent = Upstream::start(|i| {
-        let mut events = upstream::full_run(i);
-        events.truncate(3);
-        Answer::Stream {
-            events,
-            gap: Duration::ZERO,
-            end: End::Hang,
-        }
-    })
-    .await;
+    let agent = Upstream::start(upstream::hang_after(3)).await;
     let a = broker_with(&agent.url(), |c, _| {
         c.redis_url = broker::redis_url();
         c.redis_block = Duration::from_millis(100);
@@ -572,16 +554,7 @@ async fn a_caller_that_leaves_does_not_stop_the_run_unless_configured_to() {
     );
 
     // Under `on_disconnect = "cancel"` the run ends when its caller leaves.
-    let hang = Upstream::start(|i| {
-        let mut events = upstream::full_run(i);
-        events.truncate(3);
-        Answer::Stream {
-            events,
-            gap: Duration::ZERO,
-            end: End::Hang,
-        }
-    })
-    .await;
+    let hang = Upstream::start(upstream::hang_after(3)).await;
     // A caller that left is noticed at the next write to it: an event or a heartbeat.
     let cancelling = broker_with(&hang.url(), |c, a| {
         c.sse.heartbeat = Duration::from_millis(100);
@@ -707,16 +680,7 @@ async fn with_auth_a_run_needs_a_token_that_may_publish_on_the_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_stops_ends_its_runs_with_broker_shutdown() {
-    let agent = Upstream::start(|i| {
-        let mut events = upstream::full_run(i);
-        events.truncate(3);
-        Answer::Stream {
-            events,
-            gap: Duration::ZERO,
-            end: End::Hang,
-        }
-    })
-    .await;
+    let agent = Upstream::start(upstream::hang_after(3)).await;
     let server = broker_with(&agent.url(), |c, _| {
         c.redis_url = broker::redis_url();
     })

@@ -188,6 +188,20 @@ pub fn ids(input: &Value) -> (String, String) {
     )
 }
 
+/// An agent that sends the first `n` events of [`full_run`] at once, then stays silent with the
+/// connection open (a run still going, for cancel, caller-leaving and shutdown cases).
+pub fn hang_after(n: usize) -> impl Fn(&Value) -> Answer + Send + Sync + 'static {
+    move |input| {
+        let mut events = full_run(input);
+        events.truncate(n);
+        Answer::Stream {
+            events,
+            gap: Duration::ZERO,
+            end: End::Hang,
+        }
+    }
+}
+
 /// A full run answering `input`: streamed text, a tool call with its result, a state
 /// snapshot and delta, then `RUN_FINISHED`. Message ids are made from the run id.
 pub fn full_run(input: &Value) -> Vec<Value> {
