@@ -13,6 +13,7 @@
 mod common;
 
 use common::agui_client::{self as agui};
+use common::broker::snapshot;
 use common::redis_server::RedisServer;
 use common::{broker, sse_client};
 use serde_json::{Value, json};
@@ -55,16 +56,6 @@ async fn publish_when_writable(base: &str, thread: &str, event: &Value) -> Strin
         assert!(Instant::now() < deadline, "publishes still fail: {body}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The thread's `/snapshot` on `base`.
-async fn snapshot(base: &str, thread: &str) -> Value {
-    reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
-        .await
-        .expect("snapshot request")
-        .json()
-        .await
-        .expect("snapshot JSON")
 }
 
 /// `(ms, seq)` of an event id (`<epoch>-<ms>-<seq>`).

@@ -12,6 +12,7 @@ use agui_fanout::config::Config;
 use agui_fanout::config::agents::{AgentConfig, HeaderSource, OnDisconnect};
 use common::agui_client::{self as agui, Case};
 use common::broker;
+use common::broker::snapshot;
 use common::sse_client::{self, RawFrame, RawStream};
 use common::upstream::{self, Answer, End, Upstream};
 use jsonwebtoken::{EncodingKey, Header};
@@ -82,15 +83,6 @@ async fn log_frames(base: &str, thread: &str, last: &str) -> Vec<RawFrame> {
         .into_iter()
         .filter(|f| f.data.is_some())
         .collect()
-}
-
-async fn snapshot(base: &str, thread: &str) -> Value {
-    reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
-        .await
-        .expect("snapshot request")
-        .json()
-        .await
-        .expect("snapshot JSON")
 }
 
 /// Waits until the thread's current run is no longer running, and returns the snapshot.

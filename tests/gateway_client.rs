@@ -10,6 +10,7 @@ use agui_fanout::app::Server;
 use agui_fanout::config::agents::AgentConfig;
 use common::agui_client as agui;
 use common::broker;
+use common::broker::snapshot;
 use common::upstream::{self, Answer, End, Upstream};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -80,15 +81,6 @@ async fn run_plan(plan: Value) -> Value {
     })
     .await
     .expect("the node run")
-}
-
-async fn snapshot(base: &str, thread: &str) -> Value {
-    reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
-        .await
-        .expect("snapshot request")
-        .json()
-        .await
-        .expect("snapshot JSON")
 }
 
 fn types(events: &Value) -> Vec<&str> {

@@ -12,6 +12,7 @@ use agui_fanout::app::Server;
 use agui_fanout::config::agents::AgentConfig;
 use common::agui_client::{self as agui, Case};
 use common::broker;
+use common::broker::snapshot;
 use common::demo_agent::DemoAgent;
 use common::sse_client::{RawFrame, RawStream};
 use serde_json::{Value, json};
@@ -55,15 +56,6 @@ async fn run_plan(plan: Value) -> Value {
     })
     .await
     .expect("the node run")
-}
-
-async fn snapshot(base: &str, thread: &str) -> Value {
-    reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
-        .await
-        .expect("snapshot request")
-        .json()
-        .await
-        .expect("snapshot JSON")
 }
 
 fn input(thread: &str, run: &str) -> Value {

@@ -130,3 +130,13 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// `GET /v1/threads/{thread}/snapshot` on the broker at `base`, as JSON.
+pub async fn snapshot(base: &str, thread: &str) -> serde_json::Value {
+    reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
+        .await
+        .expect("snapshot request")
+        .json()
+        .await
+        .expect("snapshot JSON")
+}
