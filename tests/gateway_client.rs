@@ -8,13 +8,11 @@ mod common;
 
 use agui_fanout::app::Server;
 use agui_fanout::config::agents::AgentConfig;
-use common::agui_client as agui;
+use common::agui_client::{self as agui, run_gateway_plan as run_plan};
 use common::broker;
 use common::broker::snapshot;
 use common::upstream::{self, Answer, End, Upstream};
 use serde_json::{Value, json};
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -52,35 +50,6 @@ async fn node_with_agent(url: &str, redis: bool) -> Server {
         c.agents.insert("bank".into(), agent);
     })
     .await
-}
-
-/// Runs `plan` through `tests/node/gateway-run.mjs` and returns its output.
-async fn run_plan(plan: Value) -> Value {
-    tokio::task::spawn_blocking(move || {
-        let dir = agui::node_dir();
-        assert!(
-            dir.join("node_modules/@ag-ui/client/package.json").exists(),
-            "run `npm ci --prefix tests/node` first"
-        );
-        let mut file = tempfile::NamedTempFile::new().expect("a temp file");
-        serde_json::to_writer(&mut file, &plan).expect("write the plan");
-        file.flush().expect("flush the plan");
-        let out = Command::new("node")
-            .arg(dir.join("gateway-run.mjs"))
-            .arg(file.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (Node.js 20+)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "gateway-run.mjs failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).expect("gateway-run.mjs prints JSON")
-    })
-    .await
-    .expect("the node run")
 }
 
 fn types(events: &Value) -> Vec<&str> {

@@ -10,14 +10,12 @@ mod common;
 
 use agui_fanout::app::Server;
 use agui_fanout::config::agents::AgentConfig;
-use common::agui_client::{self as agui, Case};
+use common::agui_client::{self as agui, Case, run_gateway_plan as run_plan};
 use common::broker;
 use common::broker::snapshot;
 use common::demo_agent::DemoAgent;
 use common::sse_client::{RawFrame, RawStream};
 use serde_json::{Value, json};
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -32,30 +30,6 @@ async fn node(agent_url: &str, redis: bool) -> Server {
         c.agents.insert("demo".into(), agent);
     })
     .await
-}
-
-/// Runs `plan` through `tests/node/gateway-run.mjs` (the real `HttpAgent`).
-async fn run_plan(plan: Value) -> Value {
-    tokio::task::spawn_blocking(move || {
-        let mut file = tempfile::NamedTempFile::new().expect("a temp file");
-        serde_json::to_writer(&mut file, &plan).expect("write the plan");
-        file.flush().expect("flush the plan");
-        let out = Command::new("node")
-            .arg(agui::node_dir().join("gateway-run.mjs"))
-            .arg(file.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (Node.js 20+; `npm ci --prefix tests/node`)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "gateway-run.mjs failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).expect("gateway-run.mjs prints JSON")
-    })
-    .await
-    .expect("the node run")
 }
 
 fn input(thread: &str, run: &str) -> Value {

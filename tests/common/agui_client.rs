@@ -605,3 +605,28 @@ pub fn truncate(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..end])
 }
+
+/// Runs `plan` through `tests/node/gateway-run.mjs` (the real `HttpAgent` running turns
+/// through the gateway) and returns what it prints.
+pub async fn run_gateway_plan(plan: Value) -> Value {
+    tokio::task::spawn_blocking(move || {
+        let mut file = tempfile::NamedTempFile::new().expect("a temp file");
+        serde_json::to_writer(&mut file, &plan).expect("write the plan");
+        std::io::Write::flush(&mut file).expect("flush the plan");
+        let out = std::process::Command::new("node")
+            .arg(node_dir().join("gateway-run.mjs"))
+            .arg(file.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("node runs (Node.js 20+; `npm ci --prefix tests/node`)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "gateway-run.mjs failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim()).expect("gateway-run.mjs prints JSON")
+    })
+    .await
+    .expect("the node run")
+}
