@@ -192,6 +192,75 @@ async fn a_client_holding_a_lost_tail_resumes_to_the_promoted_log() {
     new.stop().await;
 }
 
+/// The promoted log takes events (`CUSTOM`s, which no snapshot restates, and `c`) before the
+/// client holding the lost tail reconnects: it gets a prelude at the fork point (the last `a`,
+/// the last entry the log holds before its id), which replaces the lost text and state, then
+/// every event the log took after it, each once; its fold ends at the log's `aaaaaaaac` and
+/// `{}` (before: a prelude at the head, and the events up to there were skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_holding_a_lost_tail_gets_every_event_after_the_fork() {
+    let primary = RedisServer::start().await;
+    let replica = RedisServer::start().await;
+    replica.replicate(&primary).await;
+    let old = broker::start(|c| c.redis_url = primary.url()).await;
+    let old_base = broker::base(old.addr);
+    let thread = broker::thread_id("fork");
+
+    let mut raw = sse_client::open_raw(&old_base, &thread, "", None).await;
+    sse_client::publish_ok(&old_base, &thread, &[run_started(&thread), text_start()]).await;
+    let fork = stream_text(&old_base, &thread, "a", 8).await;
+    primary.replicated_to(&replica).await;
+    replica.promote().await;
+    let lost_state = json!({"type": "STATE_SNAPSHOT", "snapshot": {"lost": true}});
+    sse_client::publish_ok(&old_base, &thread, &[lost_state]).await;
+    let lost = stream_text(&old_base, &thread, "b", 10).await;
+    let first = agui::read_until(&mut raw, &lost).await;
+    drop(raw);
+    old.stop().await;
+    drop(primary);
+
+    let new = broker::start(|c| c.redis_url = replica.url()).await;
+    let base = broker::base(new.addr);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let custom = |i: usize| json!({"type": "CUSTOM", "name": "step", "value": i});
+    let mut taken = vec![publish_when_writable(&base, &thread, &custom(1)).await];
+    for event in [content("c"), custom(2)] {
+        taken.push(sse_client::publish_ok(&base, &thread, &[event]).await.1);
+    }
+    assert!(
+        position(&taken[0]) > position(&lost),
+        "the log grew past the lost id"
+    );
+    let last = taken.last().unwrap().clone();
+
+    let mut resumed = sse_client::open_raw(&base, &thread, "", Some(&lost)).await;
+    assert_eq!(resumed.status, 200);
+    let second = agui::read_until(&mut resumed, &last).await;
+    drop(resumed);
+    assert!(
+        second.contains(": agui-fanout: Last-Event-ID not resumable (unknown), starting at the last event the log holds before it"),
+        "{second}"
+    );
+    let events = agui::body_events(&second);
+    assert!(
+        events.first().is_some_and(agui::is_prelude_start),
+        "a prelude: {second}"
+    );
+    let frames = common::sse::parse_body(second.as_bytes()).expect("SSE");
+    let ids: Vec<&str> = frames.iter().filter_map(|f| f.id.as_deref()).collect();
+    let mut want = vec![fork.as_str()];
+    want.extend(taken.iter().map(String::as_str));
+    assert_eq!(
+        ids, want,
+        "the prelude stands at the fork, then every event after it: {second}"
+    );
+    let customs: Vec<&Value> = events.iter().filter(|e| e["type"] == "CUSTOM").collect();
+    assert_eq!(customs, [&custom(1), &custom(2)], "{second}");
+    assert_client_folds_to_the_log("fork", &base, &thread, &[first, second], "aaaaaaaac").await;
+    assert_eq!(snapshot(&base, &thread).await["state"], json!({}));
+    new.stop().await;
+}
+
 /// The node that fanned the lost tail out still serves the thread when its Redis comes back
 /// without it (here in place: the old primary rejoins the promoted replica, which drops its
 /// tail, then serves again). Its tail finds its position gone once the log grew past it and

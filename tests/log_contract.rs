@@ -44,6 +44,7 @@ both_backends! {
     read_from_start: memory_read_from_start, redis_read_from_start;
     resume_after_every_id: memory_resume_after_every_id, redis_resume_after_every_id;
     gap_ahead: memory_gap_ahead, redis_gap_ahead;
+    rolled_back_ids_fork: memory_rolled_back_ids_fork, redis_rolled_back_ids_fork;
     gap_other_epoch: memory_gap_other_epoch, redis_gap_other_epoch;
     gap_trimmed: memory_gap_trimmed, redis_gap_trimmed;
     head_new_thread: memory_head_new_thread, redis_head_new_thread;
@@ -655,6 +656,66 @@ async fn resume_after_every_id(f: Fixture) {
     for (i, id) in ids.iter().enumerate() {
         let got = log.read(&thread, ReadFrom::After(*id), 1000).await.unwrap();
         assert_entries(&got, &ids[i + 1..], &evs[i + 1..]);
+    }
+}
+
+/// `check_resume` of an id the log does not hold in its epoch (ahead of it, or, on Redis,
+/// inside its range: a tail a failover rolled back, the log grown past it) names the fork: the
+/// last entry the log holds before the id; an id it holds, or of another epoch, has none.
+async fn rolled_back_ids_fork(f: Fixture) {
+    let log = f.log().await;
+    let thread = f.thread();
+    let ids = log.append(&thread, &events(0..3)).await.unwrap();
+    let last = ids[2];
+    let at = |pos| EventId {
+        epoch: last.epoch,
+        pos,
+    };
+    let ahead = log
+        .check_resume(&thread, at(StreamPos::new(last.pos.ms + 1, 0)))
+        .await
+        .unwrap();
+    assert_eq!(ahead.verdict, Err(ResumeGap::Ahead));
+    assert_eq!(ahead.fork, Some(last.pos));
+    let held = log.check_resume(&thread, ids[1]).await.unwrap();
+    assert_eq!((held.verdict, held.fork), (Ok(()), None));
+    let other = EventId {
+        epoch: Epoch(last.epoch.0 ^ 1),
+        pos: last.pos,
+    };
+    assert_eq!(log.check_resume(&thread, other).await.unwrap().fork, None);
+
+    let empty = f.thread();
+    let head = log.head(&empty).await.unwrap();
+    let nothing = log
+        .check_resume(
+            &empty,
+            EventId {
+                epoch: head.epoch,
+                pos: StreamPos::new(5, 0),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(nothing.fork, Some(StreamPos::ZERO), "the log's start");
+
+    if let Backend::Redis = f.backend {
+        // The log grows past positions it never held (a promoted replica's new entries).
+        let mut conn = redis_conn(&redis_url()).await;
+        let _: String = redis::cmd("XADD")
+            .arg(stream_key(&thread))
+            .arg(format!("{}-0", last.pos.ms + 1000))
+            .arg("e")
+            .arg(r#"{"type":"CUSTOM","name":"n","value":9}"#)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let lost = log
+            .check_resume(&thread, at(StreamPos::new(last.pos.ms + 10, 0)))
+            .await
+            .unwrap();
+        assert_eq!(lost.verdict, Err(ResumeGap::Unknown));
+        assert_eq!(lost.fork, Some(last.pos), "the last entry before the id");
     }
 }
 

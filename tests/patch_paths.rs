@@ -202,3 +202,97 @@ async fn the_same_names_where_clients_agree_pass() {
     );
     server.stop().await;
 }
+
+/// An `ACTIVITY_DELTA`'s `patch` is checked as a `STATE_DELTA`'s `delta`, against its
+/// activity's content as the batch leaves it (an `ACTIVITY_SNAPSHOT` earlier in the batch
+/// included): 422 `state_delta_ambiguous_path` naming `patch[<i>].path` or `.from`, nothing of
+/// the batch appended; the same tokens where clients agree pass.
+#[tokio::test]
+async fn activity_delta_pointers_are_checked_too() {
+    let server = broker::start_memory().await;
+    let base = broker::base(server.addr);
+    let thread = thread_with_state(&base, "patch-activity").await;
+    let activity = |content: Value| json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "search", "content": content});
+    let activity_delta = |ops: Value| json!({"type": "ACTIVITY_DELTA", "messageId": "act", "activityType": "search", "patch": ops});
+    sse_client::publish_ok(&base, &thread, &[activity(json!({"hits": [1, 2]}))]).await;
+    let messages = || async {
+        reqwest::get(format!("{base}/v1/threads/{thread}/snapshot"))
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()["messages"]
+            .clone()
+    };
+    let before = messages().await;
+    // (the batch, the refused event, the operation, its member, the pointer).
+    let cases: Vec<(Vec<Value>, usize, usize, &str, &str)> = vec![
+        (
+            vec![activity_delta(
+                json!([{"op": "replace", "path": "/hits/01", "value": 0}]),
+            )],
+            0,
+            0,
+            "path",
+            "/hits/01",
+        ),
+        (
+            vec![activity_delta(json!([
+                {"op": "add", "path": "/ok", "value": 1},
+                {"op": "add", "path": "/__proto__/x", "value": 1}
+            ]))],
+            0,
+            1,
+            "path",
+            "/__proto__/x",
+        ),
+        (
+            vec![activity_delta(
+                json!([{"op": "copy", "from": "/toString", "path": "/y"}]),
+            )],
+            0,
+            0,
+            "from",
+            "/toString",
+        ),
+        // Against the content an earlier event of the batch set: `/list` is an array there.
+        (
+            vec![
+                activity(json!({"list": [1]})),
+                activity_delta(json!([{"op": "add", "path": "/list/00", "value": 0}])),
+            ],
+            1,
+            0,
+            "path",
+            "/list/00",
+        ),
+    ];
+    for (batch, index, op_index, member, pointer) in cases {
+        let (status, body) = publish(&base, &thread, &batch).await;
+        let err = &body["error"];
+        assert_eq!(status, 422, "{batch:?}: {body}");
+        assert_eq!(err["code"], "state_delta_ambiguous_path", "{body}");
+        assert_eq!(err["index"], index, "{body}");
+        assert_eq!(err["operation"], op_index, "{body}");
+        assert_eq!(
+            err["field"],
+            format!("patch[{op_index}].{member}"),
+            "{body}"
+        );
+        assert_eq!(err["pointer"], pointer, "{body}");
+        assert_eq!(messages().await, before, "{batch:?}: nothing appended");
+    }
+    // Where every client agrees: a member named "01" of an object, a canonical index.
+    let ok = activity_delta(json!([
+        {"op": "add", "path": "/obj", "value": {"01": "a"}},
+        {"op": "replace", "path": "/obj/01", "value": "b"},
+        {"op": "replace", "path": "/hits/1", "value": 3}
+    ]));
+    let (status, body) = publish(&base, &thread, &[ok]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        messages().await[0]["content"],
+        json!({"hits": [1, 3], "obj": {"01": "b"}})
+    );
+    server.stop().await;
+}

@@ -4,7 +4,9 @@
 
 use super::ThreadFold;
 use crate::event::ThreadId;
-use crate::log::{EventId, EventLog, LogError, LogHead, ReadFrom, StreamPos};
+use crate::log::{
+    Checkpoint, Epoch, EventId, EventLog, LogError, LogHead, ReadFrom, ResumeGap, StreamPos,
+};
 use serde_json::Value;
 
 /// Entries per read while folding.
@@ -26,19 +28,7 @@ pub async fn load_fold(
             (ThreadFold::new(), ReadFrom::Start)
         } else {
             match log.checkpoint(thread).await? {
-                Some(ckpt) if ckpt.pos <= head.last => {
-                    let mut fold = ThreadFold::new();
-                    let events: Vec<Value> =
-                        serde_json::from_slice(&ckpt.events).unwrap_or_default();
-                    for e in &events {
-                        let _ = fold.apply_logged(e);
-                    }
-                    let id = EventId {
-                        epoch: head.epoch,
-                        pos: ckpt.pos,
-                    };
-                    (fold, ReadFrom::After(id))
-                }
+                Some(ckpt) if ckpt.pos <= head.last => checkpoint_fold(&ckpt, head.epoch),
                 _ => return Ok((head, None)),
             }
         };
@@ -50,6 +40,55 @@ pub async fn load_fold(
     }
     let head = log.head(thread).await?;
     Ok((head, None))
+}
+
+/// The thread's fold at `at` (a position the log holds, or its trimmed bound), for a prelude
+/// at a rolled-back id's fork point (PROTOCOL §4.3): from the first event when nothing was
+/// trimmed, else from the checkpoint when it is at or before `at`. `None` when it cannot be
+/// rebuilt there (trimmed, and no checkpoint at or before `at`).
+///
+/// # Errors
+/// [`LogError::Gap`] when the log moved past `at` meanwhile (another epoch, trimmed past the
+/// start of the fold); [`LogError::Unavailable`].
+pub async fn load_fold_at(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    at: EventId,
+) -> Result<Option<ThreadFold>, LogError> {
+    let head = log.head(thread).await?;
+    if head.epoch != at.epoch {
+        return Err(ResumeGap::OtherEpoch.into());
+    }
+    let (mut fold, from) = if head.complete_from_start() {
+        // After `0-0` of the epoch rather than from the start: a read the log refuses (a gap)
+        // once anything was trimmed, rather than one that starts mid-thread.
+        let start = EventId {
+            epoch: head.epoch,
+            pos: StreamPos::ZERO,
+        };
+        (ThreadFold::new(), ReadFrom::After(start))
+    } else {
+        match log.checkpoint(thread).await? {
+            Some(ckpt) if ckpt.pos <= at.pos => checkpoint_fold(&ckpt, head.epoch),
+            _ => return Ok(None),
+        }
+    };
+    fold_range(log, thread, &mut fold, from, Some(at.pos)).await?;
+    Ok(Some(fold))
+}
+
+/// The fold of a checkpoint's events, and where the log's entries after it start.
+fn checkpoint_fold(ckpt: &Checkpoint, epoch: Epoch) -> (ThreadFold, ReadFrom) {
+    let mut fold = ThreadFold::new();
+    let events: Vec<Value> = serde_json::from_slice(&ckpt.events).unwrap_or_default();
+    for e in &events {
+        let _ = fold.apply_logged(e);
+    }
+    let id = EventId {
+        epoch,
+        pos: ckpt.pos,
+    };
+    (fold, ReadFrom::After(id))
 }
 
 /// Folds entries from `from` up to `head.last` (later ones are left for the caller's tail).

@@ -38,7 +38,7 @@ mod snapshot;
 mod stream;
 mod thread;
 
-pub use load::{catch_up, load_fold};
+pub use load::{catch_up, load_fold, load_fold_at};
 pub use patch::{AmbiguousPath, DeltaRefusal, PatchError, apply_patch};
 pub use run::{Run, RunStatus};
 pub use thread::{Rejection, ThreadFold};

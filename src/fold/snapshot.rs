@@ -3,7 +3,8 @@
 
 use super::messages::merge_metadata;
 use super::{
-    Applied, Fold, copy_subagent_run_id, patch, patch_ops, role_of, snapshot_message, str_field,
+    AmbiguousPath, Applied, DeltaRefusal, Fold, copy_subagent_run_id, patch, patch_ops, role_of,
+    snapshot_message, str_field,
 };
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -138,6 +139,37 @@ impl Fold {
         }
         merge_metadata(message, event);
         Applied::Folded
+    }
+
+    /// [`Self::activity_delta`] as a publish checks it: an operation whose `path` or `from`
+    /// JSON Patch clients disagree on (PROTOCOL §2 "Portable patch paths"; checked against
+    /// the activity's content as the operations before it leave it) refuses the event, and
+    /// nothing changes. A patch that does not apply is not refused (every client leaves the
+    /// content as it was).
+    ///
+    /// # Errors
+    /// The first ambiguous operation.
+    pub(crate) fn activity_delta_portable(
+        &mut self,
+        event: &Value,
+    ) -> Result<Applied, AmbiguousPath> {
+        let content = str_field(event, "messageId")
+            .and_then(|id| self.messages.position(id))
+            .and_then(|index| self.messages.get(index))
+            .filter(|message| role_of(message) == Some("activity"))
+            .map(|message| match message.get("content") {
+                Some(c) if !c.is_null() => c.clone(),
+                _ => Value::Object(Map::new()),
+            });
+        let empty = Value::Array(Vec::new());
+        if let Some(mut content) = content
+            && let Ok(ops) = patch_ops(Some(event.get("patch").unwrap_or(&empty)))
+            && let Err(DeltaRefusal::Ambiguous(ambiguous)) =
+                patch::apply_atomic_portable(&mut content, ops)
+        {
+            return Err(ambiguous);
+        }
+        Ok(self.activity_delta(event))
     }
 
     /// `ACTIVITY_DELTA`: metadata merges first; then `patch` applies to the activity's

@@ -47,12 +47,15 @@ pub enum Rejection {
         /// The failing operation.
         error: PatchError,
     },
-    /// Event `index` is a `STATE_DELTA` with an operation whose `path` or `from` JSON Patch
-    /// clients disagree on (HTTP 422; PROTOCOL §2 "Portable patch paths").
+    /// Event `index` is a `STATE_DELTA` or `ACTIVITY_DELTA` with an operation whose `path`
+    /// or `from` JSON Patch clients disagree on (HTTP 422; PROTOCOL §2 "Portable patch paths").
     #[error("event {index}: {error}")]
     Ambiguous {
         /// Index in the batch.
         index: usize,
+        /// The event's member holding the patch: `delta` (`STATE_DELTA`) or `patch`
+        /// (`ACTIVITY_DELTA`).
+        patch: &'static str,
         /// The operation and its pointer.
         error: AmbiguousPath,
     },
@@ -77,11 +80,24 @@ impl Rejection {
         }
     }
 
+    /// The rejection of event `index`, an `ACTIVITY_DELTA` with an ambiguous pointer.
+    fn activity(index: usize, error: AmbiguousPath) -> Self {
+        Rejection::Ambiguous {
+            index,
+            patch: "patch",
+            error,
+        }
+    }
+
     /// The rejection of event `index` for a `STATE_DELTA` refused as `refusal` says.
     fn delta(index: usize, refusal: DeltaRefusal) -> Self {
         match refusal {
             DeltaRefusal::NotApplicable(error) => Rejection::Patch { index, error },
-            DeltaRefusal::Ambiguous(error) => Rejection::Ambiguous { index, error },
+            DeltaRefusal::Ambiguous(error) => Rejection::Ambiguous {
+                index,
+                patch: "delta",
+                error,
+            },
         }
     }
 }
@@ -171,6 +187,10 @@ impl ThreadFold {
         let mut checker = self.checker.clone();
         // The state as the batch leaves it, once a snapshot or delta touched it.
         let mut state: Option<Value> = None;
+        // The messages as the batch leaves them, once an `ACTIVITY_DELTA` needs its activity's
+        // content (the fold copied at the first one); the message snapshots before it wait.
+        let mut messages: Option<Fold> = None;
+        let mut snapshots: Vec<Value> = Vec::new();
         for (index, event) in events.into_iter().enumerate() {
             let expanded = checker
                 .check_expanded(event)
@@ -187,6 +207,23 @@ impl ThreadFold {
                         let st = state.get_or_insert_with(|| self.fold.state().clone());
                         super::apply_state_delta_portable(st, ev)
                             .map_err(|refusal| Rejection::delta(index, refusal))?;
+                    }
+                    Some("ACTIVITY_SNAPSHOT" | "MESSAGES_SNAPSHOT") => match messages.as_mut() {
+                        Some(fold) => {
+                            fold.apply(ev);
+                        }
+                        None => snapshots.push(ev.clone().into_owned()),
+                    },
+                    Some("ACTIVITY_DELTA") => {
+                        let fold = messages.get_or_insert_with(|| {
+                            let mut fold = self.fold.clone();
+                            for s in snapshots.drain(..) {
+                                fold.apply(&s);
+                            }
+                            fold
+                        });
+                        fold.activity_delta_portable(ev)
+                            .map_err(|error| Rejection::activity(index, error))?;
                     }
                     _ => {}
                 }
@@ -234,12 +271,19 @@ impl ThreadFold {
                 .check_expanded(event)
                 .map_err(|violation| Rejection::Order { index, violation })?;
             for ev in &expanded {
-                if ev.get("type").and_then(Value::as_str) == Some("STATE_DELTA") {
-                    next.fold
+                match ev.get("type").and_then(Value::as_str) {
+                    Some("STATE_DELTA") => next
+                        .fold
                         .state_delta_portable(ev)
-                        .map_err(|refusal| Rejection::delta(index, refusal))?;
-                } else {
-                    next.fold.apply(ev);
+                        .map_err(|refusal| Rejection::delta(index, refusal))?,
+                    Some("ACTIVITY_DELTA") => {
+                        next.fold
+                            .activity_delta_portable(ev)
+                            .map_err(|error| Rejection::activity(index, error))?;
+                    }
+                    _ => {
+                        next.fold.apply(ev);
+                    }
                 }
                 next.note_run_end(ev);
             }

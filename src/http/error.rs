@@ -212,7 +212,11 @@ impl From<IngestError> for ApiError {
             .at(index)
             .field(Some(format!("delta[{}]", error.op_index)))
             .with("operation", json!(error.op_index)),
-            IngestError::Rejected(Rejection::Ambiguous { index, error }) => ApiError::new(
+            IngestError::Rejected(Rejection::Ambiguous {
+                index,
+                patch,
+                error,
+            }) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "state_delta_ambiguous_path",
                 format!(
@@ -221,7 +225,10 @@ impl From<IngestError> for ApiError {
                 ),
             )
             .at(index)
-            .field(Some(format!("delta[{}].{}", error.op_index, error.member)))
+            .field(Some(format!(
+                "{patch}[{}].{}",
+                error.op_index, error.member
+            )))
             .with("operation", json!(error.op_index))
             .with("pointer", json!(error.pointer)),
         }

@@ -229,6 +229,15 @@ pub(crate) async fn open(
                 "agui-fanout: Last-Event-ID not resumable (epoch), starting at the log's first event",
             ));
         }
+        (_, Outcome::ForkPoint(gap)) => {
+            tracing::info!(%thread, reason = gap.as_str(), "Last-Event-ID not held by the log; prelude at the fork point, then every later event");
+            metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
+            metrics::counter!(m::RESETS, "cause" => gap.as_str()).increment(1);
+            prefix.push(sse::encode_comment(&format!(
+                "agui-fanout: Last-Event-ID not resumable ({}), starting at the last event the log holds before it",
+                gap.as_str()
+            )));
+        }
         (_, Outcome::StartTrimmed) => {
             prefix.push(sse::encode_comment(
                 "agui-fanout: log trimmed, from=start begins at the head",
@@ -248,7 +257,9 @@ pub(crate) async fn open(
     }
     let kind = match (start, sub.outcome) {
         _ if malformed => StartKind::Prelude,
-        (_, Outcome::Unresumable(_) | Outcome::StartTrimmed) => StartKind::Prelude,
+        (_, Outcome::Unresumable(_) | Outcome::StartTrimmed | Outcome::ForkPoint(_)) => {
+            StartKind::Prelude
+        }
         (_, Outcome::EpochStart) => StartKind::Epoch,
         (Start::After(_), Outcome::Exact) => StartKind::Exact,
         (Start::FromStart, Outcome::Exact) => StartKind::FromStart,

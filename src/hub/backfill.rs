@@ -8,6 +8,12 @@
 //! snapshots replace, and a stream must begin with a `RUN_STARTED`. When the epoch has no event
 //! yet it waits for the first one (the live buffer meanwhile keeps what the fan-out pushes).
 //!
+//! The backfill of a subscriber whose id the log never held in its epoch (a tail a failover
+//! rolled back, PROTOCOL §4.3) opens with a prelude of the fold at the fork point (the last
+//! entry the log holds at or before the id), rebuilt from the log, then reads every entry
+//! after it: the client's rolled-back events are replaced by snapshots, and nothing the log
+//! took after the fork is skipped.
+//!
 //! The backfill is the only producer that waits for room in a queue (its buffer is bounded by
 //! waiting, not by dropping). It ends early when the subscriber leaves (its stop token) and
 //! closes the stream when the range is no longer in the log: the client comes back with its
@@ -15,7 +21,7 @@
 
 use super::{Hub, ThreadHub};
 use crate::event::ThreadId;
-use crate::fold::{ThreadFold, prelude};
+use crate::fold::{ThreadFold, load_fold_at, prelude};
 use crate::log::{Epoch, EventId, EventLog, LogEntry, LogError, ReadFrom, StreamPos};
 use crate::metrics as m;
 use crate::queue::Frame;
@@ -36,6 +42,9 @@ pub(super) enum Opening {
     /// of an older epoch, PROTOCOL §4.3); waits for the first event on the thread hub's
     /// `first_entries` when the epoch has none yet.
     EpochStart(Arc<ThreadHub>),
+    /// With a prelude of the fold at this entry (the fork point of a rolled-back id), standing
+    /// for it; the backfill reads strictly after it.
+    ForkPoint(EventId),
 }
 
 impl Hub {
@@ -99,6 +108,20 @@ pub(super) async fn backfill(
         let read = match &opening {
             Opening::Plain => read_page(&*log, &thread, from, &queue, &stop).await,
             Opening::EpochStart(th) => first_page(&*log, &thread, from, &queue, &stop, th).await,
+            Opening::ForkPoint(fork) => {
+                let fork = *fork;
+                let Some(prelude) = fork_prelude(&*log, &thread, fork, &queue, &stop).await else {
+                    return;
+                };
+                if let Some(prelude) = prelude
+                    && !queue.push_backfill(vec![prelude]).await
+                {
+                    return;
+                }
+                from = ReadFrom::After(fork);
+                opening = Opening::Plain;
+                continue;
+            }
         };
         let Some(entries) = read else {
             return;
@@ -194,6 +217,47 @@ async fn first_page(
             _ = appended => {}
         }
     }
+}
+
+/// The prelude of the fold at `fork`, rebuilt from the log, as one frame standing for that entry
+/// (PROTOCOL §4.3), `Some(None)` when the fold there restates nothing (the log opened no run up
+/// to it); `None` when the backfill ends here (the subscriber left, or the fold cannot be
+/// rebuilt there any more: the queue is closed then, and the client comes back with its id).
+async fn fork_prelude(
+    log: &dyn EventLog,
+    thread: &ThreadId,
+    fork: EventId,
+    queue: &ConnQueue,
+    stop: &CancellationToken,
+) -> Option<Option<Frame>> {
+    let fold = tokio::select! {
+        biased;
+        _ = stop.cancelled() => return None,
+        fold = load_fold_at(log, thread, fork) => fold,
+    };
+    let cause = match fold {
+        Ok(Some(fold)) => {
+            let events = prelude::prelude(&fold);
+            let view = Arc::new(fold.checker().clone());
+            return Some(
+                (!events.is_empty())
+                    .then(|| Frame::synthesised(fork, &events, Instant::now(), Some(view))),
+            );
+        }
+        Ok(None) | Err(LogError::Gap(_)) => {
+            // Trimmed (or recreated) since the subscription was decided: the client comes
+            // back with its id and gets a prelude.
+            tracing::info!(%thread, %fork, "the fold at the fork point is no longer in the log; closing the stream so the client resumes");
+            CloseReason::Discontinuity
+        }
+        Err(e) => {
+            tracing::warn!(%thread, error = %e, "rebuilding the fold at the fork point failed; closing the stream so the client resumes");
+            CloseReason::Backend
+        }
+    };
+    metrics::counter!(m::DISCONNECTS, "cause" => cause.as_str()).increment(1);
+    queue.close(cause);
+    None
 }
 
 /// The prelude of the fold at an epoch's first event (`RUN_STARTED`, `MESSAGES_SNAPSHOT`,

@@ -12,8 +12,11 @@
 //! the fold at `c`, built under the same lock (PROTOCOL §4.3, §4.4). An id of another epoch,
 //! when the current epoch's log is complete from its start, gets the whole epoch instead: a
 //! prelude at its first event (built by the backfill), then every later event (PROTOCOL §4.3).
+//! An id the log never held in its epoch (a tail a failover rolled back) gets a prelude at the
+//! fork point, the last entry the log holds at or before it, then every later event: nothing
+//! the log holds after the fork is skipped.
 //!
-//! Never from a fold the log does not stand for: when the log's answer to a resume shows the
+//! Never from a fold the log does not stand for: when the log's answer to a subscribe shows the
 //! thread hub behind the log's truth (another epoch, or the hub's cursor at a position the
 //! log does not hold: Redis lost its data, or a failover rolled back the tail this node
 //! fanned out) before its tail noticed, the thread hub is retired and the subscriber starts
@@ -57,6 +60,11 @@ pub enum Outcome {
     Unresumable(ResumeGap),
     /// `?from=start` on a trimmed log; the stream starts with a prelude at the head.
     StartTrimmed,
+    /// The id is one the log does not hold in its epoch ([`ResumeGap::Unknown`], or
+    /// [`ResumeGap::Ahead`]: a tail a failover rolled back): a prelude at the fork point (the
+    /// last entry the log holds at or before the id; the epoch's first event when it holds
+    /// none), then every later event, so nothing the log holds is skipped (PROTOCOL §4.3).
+    ForkPoint(ResumeGap),
     /// The id is of another epoch (the log was recreated) and the current epoch's log is
     /// complete from its start: a prelude at the epoch's first event, then every later event,
     /// so nothing the log holds is skipped (PROTOCOL §4.3).
@@ -126,8 +134,8 @@ impl Hub {
         start: Start,
     ) -> Result<Subscription, LogError> {
         let th = self.thread_hub(thread);
-        self.start_following(&th, thread).await?;
-        let (outcome, backfill_from) = match self.decide(&th, thread, start).await? {
+        let loaded = self.start_following(&th, thread).await?;
+        let (outcome, backfill_from) = match self.decide(&th, thread, start, loaded).await? {
             Decided::Start(outcome, backfill_from) => (outcome, backfill_from),
             Decided::Stale(head, reason) => {
                 // The tail has not reported it yet (it will, to a thread hub that is gone
@@ -139,7 +147,7 @@ impl Hub {
 
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         let backfill_stop = self.shared.shutdown.child_token();
-        let Some(registered) = self.register(&th, key, backfill_from) else {
+        let Some(registered) = self.register(&th, key, outcome, backfill_from) else {
             // The last subscriber left between our lookup and now, and this thread hub is no
             // longer the followed one: start over with a fresh one.
             return Box::pin(self.subscribe(thread, start)).await;
@@ -159,8 +167,10 @@ impl Hub {
             queue.close(CloseReason::Shutdown);
         }
         if let Some(from) = backfill_from {
-            let opening = match outcome {
-                Outcome::EpochStart => Opening::EpochStart(th.clone()),
+            let opening = match (outcome, from) {
+                (Outcome::EpochStart, _) => Opening::EpochStart(th.clone()),
+                (Outcome::ForkPoint(_), ReadFrom::Start) => Opening::EpochStart(th.clone()),
+                (Outcome::ForkPoint(_), ReadFrom::After(fork)) => Opening::ForkPoint(fork),
                 _ => Opening::Plain,
             };
             self.spawn_backfill(
@@ -189,10 +199,13 @@ impl Hub {
     }
 
     /// Loads the thread's fold and starts the tail after its head, once per thread hub (the
-    /// first subscriber does it; the others wait for it).
-    async fn start_following(&self, th: &ThreadHub, thread: &ThreadId) -> Result<(), LogError> {
+    /// first subscriber does it; the others wait for it). True when this call loaded it (the
+    /// fold is the log's as of now).
+    async fn start_following(&self, th: &ThreadHub, thread: &ThreadId) -> Result<bool, LogError> {
+        let mut loaded = false;
         th.started
             .get_or_try_init(|| async {
+                loaded = true;
                 let (head, fold) = load_fold(&*self.shared.log, thread).await?;
                 let mut st = th.state.lock();
                 st.head = Some(head);
@@ -205,7 +218,7 @@ impl Hub {
                 Ok::<(), LogError>(())
             })
             .await?;
-        Ok(())
+        Ok(loaded)
     }
 
     /// Decides how the subscription starts, and the backfill's start when it resumes exactly
@@ -217,12 +230,20 @@ impl Hub {
     /// trimmed, ahead, another epoch, a position it does not hold) and compares the answer's
     /// head with the hub's: the hub's cached head sees neither trimming nor a recreated log
     /// until its tail reports them. `?from=start` does the same with the log's head. A fresh
-    /// connection (no id) costs no log call and takes the hub's fold as it is.
+    /// connection (no id, or one inside a bridge) gets a prelude of the hub's fold, so the log
+    /// is asked first whether it still holds the hub's cursor in the hub's epoch (one round
+    /// trip, skipped when this subscribe just `loaded` the fold from the log).
+    ///
+    /// An id the log does not hold in its epoch forks ([`Outcome::ForkPoint`]): at the hub's
+    /// cursor, the hub's prelude is the fork's; elsewhere the backfill rebuilds the fold at
+    /// the fork from the log (from its start, or its checkpoint when that is at or before the
+    /// fork; otherwise a prelude at the hub's cursor, as before).
     async fn decide(
         &self,
         th: &ThreadHub,
         thread: &ThreadId,
         start: Start,
+        loaded: bool,
     ) -> Result<Decided, LogError> {
         let (hub_head, hub_cursor) = {
             let st = th.state.lock();
@@ -247,10 +268,27 @@ impl Hub {
                 None
             }
         };
+        // A prelude of the hub's fold needs the log to hold the hub's cursor (a trimmed one is
+        // an old fold, not a wrong one: the tail resets to the head when it finds it).
+        let hub_held = |verdict: Result<(), ResumeGap>, head: LogHead| match verdict {
+            Err(gap) if gap != ResumeGap::Trimmed => Some(Decided::Stale(head, gap)),
+            _ => None,
+        };
         let decided = match start {
-            Start::Live => Decided::Start(Outcome::Exact, None),
-            Start::InsideBridge(_) => {
-                Decided::Start(Outcome::Unresumable(ResumeGap::InsideBridge), None)
+            Start::Live | Start::InsideBridge(_) => {
+                if !loaded {
+                    // The tail may not have noticed a lost epoch or a rollback yet.
+                    let check = self.shared.log.check_resume(thread, hub_at).await?;
+                    if let Some(stale) = stale(check.head).or(hub_held(check.verdict, check.head)) {
+                        return Ok(stale);
+                    }
+                }
+                match start {
+                    Start::InsideBridge(_) => {
+                        Decided::Start(Outcome::Unresumable(ResumeGap::InsideBridge), None)
+                    }
+                    _ => Decided::Start(Outcome::Exact, None),
+                }
             }
             Start::FromStart => {
                 let head = self.shared.log.head(thread).await?;
@@ -274,18 +312,23 @@ impl Hub {
                         Decided::Start(Outcome::EpochStart, Some(ReadFrom::Start))
                     }
                     Err(gap) => {
-                        // A prelude of the hub's fold: only if the log holds the hub's cursor
-                        // (at the log's head it does; otherwise one more look, on this path
-                        // only). A trimmed cursor is an old fold, not a wrong one: the tail
-                        // resets to the head when it finds it (`discontinuity`).
+                        // A prelude of the hub's fold (or a backfill handing over to it): only
+                        // if the log holds the hub's cursor (at the log's head it does;
+                        // otherwise one more look, on this path only).
                         if hub_cursor != check.head.last
-                            && let Err(hub_gap) =
-                                self.shared.log.check_resume(thread, hub_at).await?.verdict
-                            && hub_gap != ResumeGap::Trimmed
+                            && let Some(stale) = hub_held(
+                                self.shared.log.check_resume(thread, hub_at).await?.verdict,
+                                check.head,
+                            )
                         {
-                            return Ok(Decided::Stale(check.head, hub_gap));
+                            return Ok(stale);
                         }
-                        Decided::Start(Outcome::Unresumable(gap), None)
+                        match check.fork {
+                            Some(fork) => {
+                                self.fork(thread, check.head, fork, hub_cursor, gap).await?
+                            }
+                            None => Decided::Start(Outcome::Unresumable(gap), None),
+                        }
                     }
                 }
             }
@@ -293,21 +336,62 @@ impl Hub {
         Ok(decided)
     }
 
+    /// How a resume from an id the log does not hold in its epoch starts, given the check's
+    /// `fork` (`ResumeCheck::fork`): at the hub's cursor, with the hub's prelude; at the
+    /// epoch's start (nothing held before the id, the log complete from its start), as for an
+    /// id of another epoch; elsewhere, a backfill from the fork when the log can fold up to it
+    /// (complete from its start, or a checkpoint at or before it); else a prelude at the hub's
+    /// cursor ([`Outcome::Unresumable`]).
+    async fn fork(
+        &self,
+        thread: &ThreadId,
+        head: LogHead,
+        fork: StreamPos,
+        hub_cursor: StreamPos,
+        gap: ResumeGap,
+    ) -> Result<Decided, LogError> {
+        let outcome = Outcome::ForkPoint(gap);
+        if fork == hub_cursor && fork != StreamPos::ZERO {
+            return Ok(Decided::Start(outcome, None));
+        }
+        if fork == StreamPos::ZERO && head.complete_from_start() {
+            return Ok(Decided::Start(outcome, Some(ReadFrom::Start)));
+        }
+        let foldable = head.complete_from_start()
+            || self
+                .shared
+                .log
+                .checkpoint(thread)
+                .await?
+                .is_some_and(|ckpt| ckpt.pos <= fork);
+        if foldable && fork != StreamPos::ZERO {
+            let at = EventId {
+                epoch: head.epoch,
+                pos: fork,
+            };
+            return Ok(Decided::Start(outcome, Some(ReadFrom::After(at))));
+        }
+        Ok(Decided::Start(Outcome::Unresumable(gap), None))
+    }
+
     /// Registers the subscriber's new queue under the thread's lock, with a prelude of the fold
-    /// at the cursor unless it resumes exactly. `None` when the thread hub was removed
-    /// meanwhile (its last subscriber left).
+    /// at the cursor unless it resumes exactly or from a backfill. `None` when the thread hub
+    /// was removed meanwhile (its last subscriber left).
     fn register(
         &self,
         th: &Arc<ThreadHub>,
         key: u64,
+        outcome: Outcome,
         backfill_from: Option<ReadFrom>,
     ) -> Option<Registered> {
         let mut st = th.state.lock();
         if st.removed {
             return None;
         }
-        let after = match backfill_from {
-            Some(ReadFrom::After(id)) => id.pos,
+        let after = match (outcome, backfill_from) {
+            // The backfill's first frame is the prelude at the fork, which carries its id.
+            (Outcome::ForkPoint(_), _) => StreamPos::ZERO,
+            (_, Some(ReadFrom::After(id))) => id.pos,
             _ => StreamPos::ZERO,
         };
         // Other subscribers start at the hub's cursor with a prelude of the fold there;

@@ -241,6 +241,15 @@ impl ThreadInner {
         check_resumable(&self.head(), id, self.holds(id.pos))
     }
 
+    /// Position of the last retained entry at or before `pos` (the fork point of a
+    /// rolled-back id, [`ResumeCheck::fork`]).
+    fn last_at_or_before(&self, pos: StreamPos) -> Option<StreamPos> {
+        let n = self.entries.partition_point(|e| e.id.pos <= pos);
+        n.checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.id.pos)
+    }
+
     fn read(&self, from: ReadFrom, limit: usize) -> Result<Vec<LogEntry>, ResumeGap> {
         let start = match from {
             ReadFrom::Start => 0,
@@ -424,10 +433,12 @@ impl EventLog for MemoryLog {
     async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
         let log = self.thread(thread);
         let inner = log.lock(&self.shared.retention);
-        Ok(ResumeCheck {
-            head: inner.head(),
-            verdict: inner.check(id),
-        })
+        Ok(ResumeCheck::new(
+            inner.head(),
+            id,
+            inner.holds(id.pos),
+            inner.last_at_or_before(id.pos),
+        ))
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {

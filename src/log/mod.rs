@@ -399,6 +399,28 @@ pub struct ResumeCheck {
     /// `Ok` when reading strictly after the id is exact; otherwise why not
     /// (`check_resumable`'s rule).
     pub verdict: Result<(), ResumeGap>,
+    /// Where the id's history and the log's part, when the verdict is [`ResumeGap::Unknown`]
+    /// or [`ResumeGap::Ahead`] (a tail a failover rolled back, in the log's epoch): the
+    /// position of the last entry the log holds at or before the id, or the trimmed bound
+    /// (`head.max_deleted`; `0-0`: the log's start) when it holds none. Everything after it
+    /// is history the id's holder never had (PROTOCOL §4.3). `None` for other verdicts.
+    pub fork: Option<StreamPos>,
+}
+
+impl ResumeCheck {
+    /// The check of `id` against a log with `head` (`check_resumable`): `held` as there,
+    /// `before` the position of the last entry the log holds at or before `id` (if any), which
+    /// becomes [`ResumeCheck::fork`] for a rolled-back id.
+    pub(crate) fn new(head: LogHead, id: EventId, held: bool, before: Option<StreamPos>) -> Self {
+        let verdict = check_resumable(&head, id, held);
+        let fork = matches!(verdict, Err(ResumeGap::Unknown | ResumeGap::Ahead))
+            .then(|| before.unwrap_or(head.max_deleted).max(head.max_deleted));
+        ResumeCheck {
+            head,
+            verdict,
+            fork,
+        }
+    }
 }
 
 /// Errors of a log backend.
@@ -768,6 +790,43 @@ mod tests {
             ..head
         };
         assert_eq!(check_resumable(&untrimmed, at(0), false), Ok(()), "0-0");
+    }
+
+    /// A rolled-back id (unknown, or ahead in the log's epoch) forks at the last entry the log
+    /// holds before it, else at the trimmed bound; other verdicts have no fork.
+    #[test]
+    fn a_rolled_back_id_forks_at_the_last_entry_before_it() {
+        let head = LogHead {
+            epoch: Epoch(7),
+            last: StreamPos::new(50, 0),
+            max_deleted: StreamPos::new(10, 0),
+        };
+        let at = |ms| EventId {
+            epoch: Epoch(7),
+            pos: StreamPos::new(ms, 0),
+        };
+        let before = Some(StreamPos::new(18, 0));
+        let check = ResumeCheck::new(head, at(20), false, before);
+        assert_eq!(check.verdict, Err(ResumeGap::Unknown));
+        assert_eq!(check.fork, before);
+        let none_before = ResumeCheck::new(head, at(20), false, None);
+        assert_eq!(
+            none_before.fork,
+            Some(head.max_deleted),
+            "the trimmed bound"
+        );
+        let ahead = ResumeCheck::new(head, at(60), false, Some(head.last));
+        assert_eq!(
+            (ahead.verdict, ahead.fork),
+            (Err(ResumeGap::Ahead), Some(head.last))
+        );
+        assert_eq!(ResumeCheck::new(head, at(20), true, before).fork, None);
+        assert_eq!(ResumeCheck::new(head, at(5), false, None).fork, None);
+        let other = EventId {
+            epoch: Epoch(8),
+            pos: StreamPos::new(20, 0),
+        };
+        assert_eq!(ResumeCheck::new(head, other, false, before).fork, None);
     }
 
     #[test]

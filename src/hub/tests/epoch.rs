@@ -147,26 +147,133 @@ async fn an_old_epoch_id_on_a_trimmed_epoch_starts_at_the_head() {
 }
 
 /// A failover lost the tail this node fanned out (same epoch) and the log grew past it, before
-/// the node's tail noticed: a client resuming from inside the lost tail gets a prelude of the
-/// log's fold, never one of the thread hub's fold at a position the log does not hold.
+/// the node's tail noticed: a client resuming from inside the lost tail never gets a prelude of
+/// the thread hub's fold at a position the log does not hold; it starts at the fork point, the
+/// last entry the log kept before its id, then gets every event the log took after it (before:
+/// a prelude at the head, and the promoted log's events up to there were skipped).
 #[tokio::test(start_paused = true)]
-async fn a_thread_hub_at_a_rolled_back_position_is_not_the_preludes_source() {
+async fn a_rolled_back_id_gets_a_prelude_at_the_fork_then_every_later_event() {
     let rig = Rig::new(100);
-    let ids = rig.publish_run(3).await;
+    let kept = rig.publish_run(2).await;
+    let lost = rig
+        .publish(&[state(json!({"lost": true})), custom(90), custom(91)])
+        .await;
     let watcher = rig.subscribe(Start::Live).await;
     rig.settled().await;
     rig.log.hold_tail(true);
-    let lost = ids[3];
-    rig.log.roll_back(lost.pos);
-    let grown = rig.publish(&[custom(7)]).await;
+    for id in &lost {
+        rig.log.roll_back(id.pos);
+    }
+    let grown = rig
+        .publish(&[custom(7), state(json!({"new": 1})), custom(8)])
+        .await;
 
-    let sub = rig.subscribe(Start::After(lost)).await;
-    assert_eq!(sub.outcome, Outcome::Unresumable(ResumeGap::Unknown));
+    let sub = rig.subscribe(Start::After(*lost.last().unwrap())).await;
+    assert_eq!(sub.outcome, Outcome::ForkPoint(ResumeGap::Unknown));
+    assert!(sub.prelude.is_none(), "the backfill opens the stream");
+    let got = read_until(&sub.queue, *grown.last().unwrap()).await;
+    let fork = *kept.last().unwrap();
+    assert_eq!(
+        types(&got[..3]),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"],
+        "{got:?}"
+    );
+    assert_eq!(
+        got[0].data["metadata"]["agui-fanout"]["prelude"],
+        json!(true)
+    );
+    assert_eq!(
+        got[2].data["snapshot"],
+        json!({}),
+        "the lost state is replaced"
+    );
+    assert_eq!(ids_of(&got[..3]), [None, None, Some(fork.to_string())]);
+    assert_eq!(
+        ids_of(&got[3..]),
+        id_texts(&grown),
+        "every event after the fork: {got:?}"
+    );
+    assert_eq!(closed(&watcher.queue).await, CloseReason::Discontinuity);
+
+    rig.log.hold_tail(false);
+    let more = rig.publish(&[custom(9)]).await;
+    assert_eq!(ids_of(&next_events(&sub.queue).await), id_texts(&more));
+    let snapshot = rig.hub.snapshot(&rig.thread).await.unwrap().unwrap();
+    assert_eq!(snapshot["state"], json!({"new": 1}));
+}
+
+/// The log lost everything the client's id had before it (its only entries were rolled back,
+/// and the promoted log opened a new run): the fork is the log's start, so the stream opens
+/// with a prelude at the log's first event, then every later one.
+#[tokio::test(start_paused = true)]
+async fn a_rolled_back_id_with_nothing_kept_before_it_starts_at_the_first_event() {
+    let rig = Rig::new(100);
+    let lost = rig.publish_run(1).await;
+    for id in &lost {
+        rig.log.roll_back(id.pos);
+    }
+    let grown = rig.publish_run(2).await;
+    let sub = rig.subscribe(Start::After(lost[1])).await;
+    assert_eq!(sub.outcome, Outcome::ForkPoint(ResumeGap::Unknown));
+    let got = read_until(&sub.queue, *grown.last().unwrap()).await;
+    assert_epoch_prelude(&got, grown[0]);
+    assert_eq!(ids_of(&got[3..]), id_texts(&grown[1..]));
+}
+
+/// A fresh subscriber (no id) that comes before the node's tail noticed a lost epoch gets a
+/// prelude of the new epoch's fold, never of the node's cached fold of the dead one (its old
+/// state, an old id); the thread hub of the dead epoch ends its streams.
+#[tokio::test(start_paused = true)]
+async fn a_fresh_subscriber_never_gets_the_dead_epochs_fold() {
+    let rig = Rig::new(100);
+    rig.publish_run(1).await;
+    rig.publish(&[state(json!({"old": true}))]).await;
+    let watcher = rig.subscribe(Start::Live).await;
+    rig.settled().await;
+    rig.log.hold_tail(true);
+    rig.log.lose(&rig.thread);
+    let new = rig.publish_run(2).await;
+
+    let sub = rig.subscribe(Start::Live).await;
     let prelude = parse(&sub.prelude.as_ref().expect("a prelude").bytes);
     assert_eq!(
         prelude.last().unwrap().id,
-        Some(grown[0].to_string()),
-        "a prelude of the log's fold at its head, not of the thread hub's at {lost}"
+        Some(new.last().unwrap().to_string()),
+        "the new epoch's fold: {prelude:?}"
     );
+    assert!(
+        prelude
+            .iter()
+            .all(|e| e.event_type() != "STATE_SNAPSHOT" || e.data["snapshot"] == json!({})),
+        "{prelude:?}"
+    );
+    assert_eq!(closed(&watcher.queue).await, CloseReason::Discontinuity);
+    rig.log.hold_tail(false);
+    let more = rig.publish(&[custom(5)]).await;
+    assert_eq!(ids_of(&next_events(&sub.queue).await), id_texts(&more));
+}
+
+/// The same for a tail a failover rolled back (same epoch): a fresh subscriber's prelude is the
+/// log's fold, not the thread hub's at a position the log does not hold.
+#[tokio::test(start_paused = true)]
+async fn a_fresh_subscriber_never_gets_a_rolled_back_fold() {
+    let rig = Rig::new(100);
+    rig.publish_run(1).await;
+    let lost = rig.publish(&[state(json!({"lost": true}))]).await;
+    let watcher = rig.subscribe(Start::Live).await;
+    rig.settled().await;
+    rig.log.hold_tail(true);
+    rig.log.roll_back(lost[0].pos);
+    let grown = rig.publish(&[custom(7)]).await;
+
+    let sub = rig.subscribe(Start::Live).await;
+    let prelude = parse(&sub.prelude.as_ref().expect("a prelude").bytes);
+    assert_eq!(prelude.last().unwrap().id, Some(grown[0].to_string()));
+    let states: Vec<&Value> = prelude
+        .iter()
+        .filter(|e| e.event_type() == "STATE_SNAPSHOT")
+        .map(|e| &e.data["snapshot"])
+        .collect();
+    assert_eq!(states, [&json!({})], "{prelude:?}");
     assert_eq!(closed(&watcher.queue).await, CloseReason::Discontinuity);
 }

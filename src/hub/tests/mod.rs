@@ -15,8 +15,7 @@ use crate::event::{ThreadId, ValidEvent, validate_event};
 use crate::log::memory::MemoryLog;
 use crate::log::{
     AppendExtras, Checkpoint, Epoch, EventId, EventLog, ListCursor, LogEntry, LogError, LogHead,
-    ReadFrom, ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, ThreadPage,
-    ThreadSummary,
+    ReadFrom, ResumeCheck, Retention, StreamPos, Tail, TailItem, ThreadPage, ThreadSummary,
 };
 use crate::queue::{CloseReason, ConnQueue, Drained, QueueLimits};
 use parking_lot::Mutex;
@@ -44,8 +43,9 @@ pub(super) struct TestLog {
     /// While `true`, what the tail reads is held back from the hub (a tail that has not
     /// noticed yet), then handed over in order.
     tail_held: watch::Sender<bool>,
-    /// Positions the log answers for as if it never held them (a tail a failover rolled
-    /// back, the log grown past it): resuming after one is [`ResumeGap::Unknown`].
+    /// Positions the log lost (a tail a failover rolled back, the log grown past it): reads
+    /// leave them out, and resuming after one is [`ResumeGap::Unknown`], forking at the last
+    /// entry kept before it.
     rolled_back: Mutex<HashSet<StreamPos>>,
 }
 
@@ -61,15 +61,16 @@ impl TestLog {
         }
     }
 
-    /// From now on, answers a resume after `pos` as a log that never held it (what Redis
-    /// answers after a failover lost the entry and the log grew past it; the memory log's
-    /// consecutive positions cannot lose one).
+    /// From now on, the log lost the entry at `pos`: left out of reads, and a resume after it
+    /// answered as by a log that never held it (what Redis answers after a failover lost the
+    /// entry and the log grew past it; the memory log's consecutive positions cannot lose
+    /// one).
     pub(super) fn roll_back(&self, pos: StreamPos) {
         self.rolled_back.lock().insert(pos);
     }
 
-    fn rolled_back(&self, from: ReadFrom) -> bool {
-        matches!(from, ReadFrom::After(id) if self.rolled_back.lock().contains(&id.pos))
+    fn is_rolled_back(&self, pos: StreamPos) -> bool {
+        self.rolled_back.lock().contains(&pos)
     }
 
     /// Holds back what the tail reads from the hub (`true`), or hands it over (`false`).
@@ -134,21 +135,35 @@ impl EventLog for TestLog {
         if let Some(e) = self.failing_reads.lock().clone() {
             return Err(e);
         }
-        if self.rolled_back(from) {
-            return Err(LogError::Gap(ResumeGap::Unknown));
+        if let ReadFrom::After(id) = from
+            && let Err(gap) = self.check_resume(thread, id).await?.verdict
+        {
+            return Err(LogError::Gap(gap));
         }
-        self.memory.read(thread, from, limit).await
+        let lost = self.rolled_back.lock().len();
+        let mut entries = self
+            .memory
+            .read(thread, from, limit.saturating_add(lost))
+            .await?;
+        entries.retain(|e| !self.is_rolled_back(e.id.pos));
+        entries.truncate(limit);
+        Ok(entries)
     }
 
     async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
         if let Some(e) = self.failing_reads.lock().clone() {
             return Err(e);
         }
-        let mut check = self.memory.check_resume(thread, id).await?;
-        if check.verdict.is_ok() && self.rolled_back(ReadFrom::After(id)) {
-            check.verdict = Err(ResumeGap::Unknown);
-        }
-        Ok(check)
+        let check = self.memory.check_resume(thread, id).await?;
+        let held = check.verdict.is_ok() && !self.is_rolled_back(id.pos);
+        let before = self
+            .memory
+            .read(thread, ReadFrom::Start, usize::MAX)
+            .await?
+            .iter()
+            .map(|e| e.id.pos)
+            .rfind(|&pos| pos <= id.pos && !self.is_rolled_back(pos));
+        Ok(ResumeCheck::new(check.head, id, held, before))
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<LogHead, LogError> {

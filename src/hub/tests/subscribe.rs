@@ -54,7 +54,8 @@ async fn a_resumable_id_gets_exactly_the_missed_events() {
 
 /// Ids that cannot be resumed exactly start with a prelude at the head, and say why (an id
 /// of another epoch gets the current epoch from its start instead while that is complete:
-/// `epoch.rs`).
+/// `epoch.rs`). An id ahead of the log forks at its last entry, the head here, so the thread
+/// hub's prelude is the fork's.
 #[tokio::test(start_paused = true)]
 async fn an_unresumable_id_gets_a_prelude_at_the_head() {
     let rig = Rig::new(100);
@@ -65,11 +66,14 @@ async fn an_unresumable_id_gets_a_prelude_at_the_head() {
         pos: StreamPos::new(head.pos.ms, head.pos.seq + 5),
     };
     for (start, gap) in [
-        (Start::After(ahead), ResumeGap::Ahead),
-        (Start::InsideBridge(ids[1]), ResumeGap::InsideBridge),
+        (Start::After(ahead), Outcome::ForkPoint(ResumeGap::Ahead)),
+        (
+            Start::InsideBridge(ids[1]),
+            Outcome::Unresumable(ResumeGap::InsideBridge),
+        ),
     ] {
         let sub = rig.subscribe(start).await;
-        assert_eq!(sub.outcome, Outcome::Unresumable(gap), "{start:?}");
+        assert_eq!(sub.outcome, gap, "{start:?}");
         let prelude = parse(&sub.prelude.as_ref().expect("a prelude").bytes);
         assert_eq!(
             prelude.last().unwrap().id,

@@ -660,6 +660,7 @@ impl EventLog for RedisLog {
                     head,
                     entries: raw,
                     held,
+                    ..
                 } = self.read_page(&keys, start, want).await?;
                 if let ReadFrom::After(id) = start
                     && let Err(gap) = check_resumable(&head, id, held)
@@ -690,17 +691,15 @@ impl EventLog for RedisLog {
         .await
     }
 
-    /// The read script with no entries (`COUNT 0`): the epoch, the head and `XRANGE <id> <id>`
-    /// in one atomic step, then `check_resumable` as `read` does.
+    /// The read script with no entries (`COUNT 0`): the epoch, the head, `XRANGE <id> <id>`
+    /// and, when that finds nothing, `XREVRANGE <id> - COUNT 1` (the fork point) in one atomic
+    /// step, then `check_resumable` as `read` does.
     async fn check_resume(&self, thread: &ThreadId, id: EventId) -> Result<ResumeCheck, LogError> {
         self.timed("read", async {
             let page = self
                 .read_page(&self.keys(thread), ReadFrom::After(id), 0)
                 .await?;
-            Ok(ResumeCheck {
-                head: page.head,
-                verdict: check_resumable(&page.head, id, page.held),
-            })
+            Ok(ResumeCheck::new(page.head, id, page.held, page.before))
         })
         .await
     }

@@ -302,9 +302,12 @@ pub(super) struct ReadPage {
     /// The stream holds an entry at exactly the position read after (`false` for a read from
     /// the start): the input of `check_resumable`.
     pub held: bool,
+    /// When that position is not held: the last entry before it, if any (the input of
+    /// [`ResumeCheck::new`](crate::log::ResumeCheck::new)).
+    pub before: Option<StreamPos>,
 }
 
-/// The read script's reply: `{epoch, info, entries, held}`.
+/// The read script's reply: `{epoch, info, entries, held, before}`.
 pub(super) fn parse_read_reply(reply: &Value) -> Result<ReadPage, LogError> {
     let items = array(reply).ok_or_else(|| malformed("read reply"))?;
     let head = parse_head(items)?;
@@ -313,10 +316,16 @@ pub(super) fn parse_read_reply(reply: &Value) -> Result<ReadPage, LogError> {
         Some(Value::Int(n)) => *n == 1,
         _ => return Err(malformed("read reply (held)")),
     };
+    let before = match items.get(4) {
+        Some(v) if bytes_of(v).is_some_and(|b| !b.is_empty()) => Some(parse_pos(v)?),
+        Some(_) => None,
+        None => return Err(malformed("read reply (before)")),
+    };
     Ok(ReadPage {
         head,
         entries,
         held,
+        before,
     })
 }
 

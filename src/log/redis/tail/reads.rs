@@ -89,6 +89,7 @@ impl TailReader {
                 head,
                 entries: raw,
                 held,
+                ..
             } = page;
             let at = EventId {
                 epoch: follow.epoch,
