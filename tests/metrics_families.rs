@@ -111,6 +111,7 @@ async fn metrics_at_start_list_every_family_deploy_uses() {
         "process_max_fds",
         "agui_append_to_read_seconds",
         "agui_runs_ended_total",
+        "agui_redis_tail_stalled",
     ] {
         assert!(used.contains(f), "{f} is not used in deploy/ any more");
     }
@@ -134,6 +135,8 @@ async fn metrics_at_start_list_every_family_deploy_uses() {
     );
     assert_eq!(value(r#"agui_disconnects_total{cause="overflow"}"#), 0.0);
     assert_eq!(value("agui_connections"), 0.0);
+    // The tail-stalled alert's gauge is there, at 0, before any stall.
+    assert_eq!(value("agui_redis_tail_stalled"), 0.0);
     // Readiness known from start (a first ping), not from the first operation.
     assert_eq!(value("agui_backend_up"), 1.0);
     assert_eq!(

@@ -243,6 +243,60 @@ async fn a_half_open_tail_makes_the_node_unready_until_it_reads_again() {
     server.stop().await;
 }
 
+/// A stall the probe acts on while the reader has no connection (each reconnect hangs) must
+/// not drop the first connection that works. The wake-up it left used to drop that fresh
+/// connection at its first read, before it read the probes back; once the reader's backoff
+/// outlasted `redis_tail_stall`, every backoff held another such wake-up, so every reconnect
+/// was dropped and the node stayed unready after Redis was fine again (deploy/rolling met it
+/// after a Redis primary was killed: one broker out of rotation for 14 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_seen_between_connections_does_not_drop_the_next_one() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start().await;
+    let proxy = Proxy::start(redis.port()).await;
+    let server = broker::start(|c| {
+        c.redis_url = proxy.url();
+        c.redis_block = Duration::from_millis(100);
+        c.redis_tail_stall = Duration::from_millis(500);
+    })
+    .await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("stall-between");
+    readyz_becomes(&base, 200).await;
+    let mut live = start_run(&base, &thread).await;
+    publish(&base, &thread, &custom(0)).await;
+    assert_eq!(values(&mut live, 1).await, [0]);
+
+    // The reader's connection, and each one it opens, hangs (a reconnect fails after the 2 s
+    // operation timeout), so the probe acts on the stall while the reader is connecting. After
+    // five failures its backoff (800 ms to 1.6 s) is longer than the stall threshold.
+    let tail_errors = [("backend", "redis"), ("op", "tail")];
+    let errors = sse_client::metric(&base, "agui_backend_errors_total", &tail_errors).await;
+    assert_eq!(proxy.freeze_matching(b"agui-fanout-tail"), 1);
+    publish(&base, &thread, &custom(1)).await;
+    readyz_becomes(&base, 503).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sse_client::metric(&base, "agui_backend_errors_total", &tail_errors).await < errors + 5.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the reader's reconnects did not fail"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Redis reachable again: the next connection reads the probes back.
+    proxy.heal();
+    readyz_becomes(&base, 200).await;
+    publish(&base, &thread, &custom(2)).await;
+    assert_eq!(
+        values(&mut live, 2).await,
+        [1, 2],
+        "each event once, in order"
+    );
+    server.stop().await;
+}
+
 /// The sizes of the streams a node follows are observable in aggregate: entries and bytes,
 /// summed and largest (sampled every ten `redis_block`s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,7 +74,7 @@ ts("CUSTOM/RAW events dropped by resets /s","agui_events_skipped_total: told to 
    [(f'sum by (type) (rate(agui_events_skipped_total{{{SEL}}}[$__rate_interval]))',"{{type}}")],"ops")
 endrow()
 row("Log backend")
-ts("Redis errors /s, by operation","agui_backend_errors_total. op=tail: the node's tail (alert AguiFanoutTailStalled); others: AguiFanoutBackendErrors.",
+ts("Redis errors /s, by operation","agui_backend_errors_total. op=tail: the node's tail (a stall that lasts: alert AguiFanoutTailStalled, on agui_redis_tail_stalled); others: AguiFanoutBackendErrors.",
    [(f'sum by (op) (rate(agui_backend_errors_total{{{SEL}}}[$__rate_interval]))',"{{op}}")],"ops",stack=True)
 ts("Backend up, by pod","agui_backend_up: 1 while Redis answers (readiness). Alert: AguiFanoutNotReady.",
    [(f'min by (instance) (agui_backend_up{{{SEL}}})',"{{instance}}")])

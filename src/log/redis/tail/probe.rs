@@ -17,6 +17,7 @@ use super::super::Inner;
 use super::super::scripts::{ProbeArgs, ScriptArgs};
 use crate::log::StreamPos;
 use crate::metrics::{TAIL_LAG, TAIL_PROBE_AGE, TAIL_STALLED, TAIL_STALLS};
+use futures::FutureExt;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -143,6 +144,17 @@ impl Probe {
             reconnect_reader: Notify::new(),
             resubscribe: Notify::new(),
         }
+    }
+
+    /// The reader has a new connection: a stall acted on while it had none (connecting, or
+    /// waiting out its backoff) left a wake-up in `reconnect_reader` (`notify_one` keeps one
+    /// when nobody waits) that would drop this fresh connection at its first read, before it
+    /// could read the probes back; with a backoff longer than `stall_after` that repeated on
+    /// every reconnect and the tail never came back. Taken here, so only a stall seen on this
+    /// connection drops it.
+    pub(in crate::log::redis) fn reader_connected(&self) {
+        // Polling `notified()` once takes a stored wake-up, if any.
+        let _ = self.reconnect_reader.notified().now_or_never();
     }
 
     /// Redis acknowledged probe `id`, sent at `sent`.

@@ -204,6 +204,7 @@ impl TailReader {
         for f in self.shared.state.lock().follows.values_mut() {
             f.checked = None;
         }
+        self.log.probe.reader_connected();
         tracing::info!(client_id, "redis tail connected");
     }
 
