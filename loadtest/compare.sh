@@ -178,7 +178,8 @@ scenario() {
       fi ;;
     *) die "unknown scenario $name" ;;
   esac
-  # Both targets get the same events, byte for byte (nchan only skips the opening RUN_STARTED).
+  # Both targets get the same measured events, byte for byte (nchan only skips the unmeasured
+  # opening events: the RUN_STARTED, and with --mix agent the initial STATE_SNAPSHOT).
   SC_ARGS+=("${batch[@]}" --mix "$MIX")
   # shellcheck disable=SC2206 # SCENARIO_ARGS is split on purpose
   [[ -z $SCENARIO_ARGS ]] || SC_ARGS+=($SCENARIO_ARGS)

@@ -463,4 +463,103 @@ mod tests {
         assert_eq!(types[types.len() - 2], "RUN_FINISHED");
         assert_eq!(types[types.len() - 1], "RUN_STARTED");
     }
+
+    /// Publishes `cycles` cycles of `mix` to two interleaved threads of a real in-process
+    /// broker with order validation on (one event per POST, then batches of 7), and returns
+    /// every refused publish and the snapshots of both threads.
+    async fn publish_loop(
+        mix: crate::payload::Mix,
+        cycles: u64,
+    ) -> (Vec<String>, Vec<serde_json::Value>) {
+        use crate::net::{HttpConn, Target};
+        use crate::payload::EventWriter;
+        use bytes::Bytes;
+        let config = agui_fanout::config::Config {
+            listen: "127.0.0.1:0".parse().expect("a socket address"),
+            strict_order: true,
+            ..agui_fanout::config::Config::default()
+        };
+        let server = agui_fanout::app::start(config)
+            .await
+            .expect("broker starts");
+        let target = Target::parse(&format!("http://{}", server.addr)).expect("a URL");
+        let mut conn = HttpConn::open(&target, None).await.expect("connects");
+        let w = EventWriter::new(mix, 200);
+        let threads = ["lt-0", "lt-1"];
+        let path = |t: &str| format!("/v1/threads/{t}/events");
+        let mut refused = Vec::new();
+        let mut post = async |conn: &mut HttpConn, t: &str, body: Vec<u8>| {
+            let r = conn
+                .post_json(&path(t), Bytes::from(body))
+                .await
+                .expect("posts");
+            if !(200..300).contains(&r.status) {
+                refused.push(format!(
+                    "{t} {}: {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body)
+                ));
+            }
+        };
+        for t in threads {
+            post(&mut conn, t, w.open(t)).await;
+        }
+        let len = match &mix {
+            crate::payload::Mix::Tokens => TOKENS.cycle_len(),
+            crate::payload::Mix::Agent => AGENT.cycle_len(),
+            crate::payload::Mix::Custom => 10,
+        };
+        let half = cycles / 2 * len;
+        for seq in 0..half {
+            for t in threads {
+                post(&mut conn, t, w.batch(t, seq, 1, 1_000 + seq)).await;
+            }
+        }
+        let mut seq = half;
+        while seq < cycles * len {
+            let n = 7.min(cycles * len - seq);
+            for t in threads {
+                post(&mut conn, t, w.batch(t, seq, n, 1_000 + seq)).await;
+            }
+            seq += n;
+        }
+        let mut snapshots = Vec::new();
+        for t in threads {
+            let r = conn
+                .get(&format!("/v1/threads/{t}/snapshot"))
+                .await
+                .expect("gets");
+            snapshots.push(serde_json::from_slice(&r.body).expect("a JSON snapshot"));
+        }
+        server.stop().await;
+        (refused, snapshots)
+    }
+
+    /// A long loop of each realistic mix is accepted by the broker's order validation (no 4xx),
+    /// and the `agent` mix's `STATE_DELTA`s apply to the recorded state, which grows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_broker_accepts_long_loops_with_order_validation_on() {
+        let (refused, snaps) = publish_loop(crate::payload::Mix::Tokens, 12).await;
+        assert!(
+            refused.is_empty(),
+            "tokens: {} refused: {refused:?}",
+            refused.len()
+        );
+        for s in &snaps {
+            let msgs = s["messages"].as_array().expect("messages");
+            assert_eq!(msgs.len(), 12 * TOKEN_MESSAGES, "{s}");
+        }
+        let cycles = 12;
+        let (refused, snaps) = publish_loop(crate::payload::Mix::Agent, cycles).await;
+        assert!(
+            refused.is_empty(),
+            "agent: {} refused: {refused:?}",
+            refused.len()
+        );
+        for s in &snaps {
+            let items = s["state"]["items"].as_array().expect("state.items");
+            assert_eq!(items.len() as u64, 2 * cycles, "{s}");
+            assert_eq!(s["state"]["count"], cycles - 1);
+        }
+    }
 }
