@@ -20,6 +20,8 @@
 #   --targets LIST       TARGETS        agui-fanout,nchan (default both)
 #   --out DIR            OUT            default loadtest/results/compare-<UTC time> (relative
 #                                       paths are taken from the repository root)
+#   --mix MIX            MIX            event mix of the streaming scenarios: tokens (default),
+#                                       agent or custom (loadtest/README.md "Event mixes")
 #   --no-build           BUILD=0        use the binaries already in $CARGO_TARGET_DIR/release
 #   --install-only                      install nginx + nchan and exit
 #   --list                              print the scenarios' load generator arguments and exit
@@ -60,6 +62,7 @@ SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 TARGETS=${TARGETS:-$ALL_TARGETS}
 OUT=${OUT:-}
 BUILD=${BUILD:-1}
+MIX=${MIX:-tokens}
 INSTALL_ONLY=0
 LIST_ONLY=0
 MAX_BATCH=${MAX_BATCH:-1}
@@ -88,6 +91,8 @@ while [[ $# -gt 0 ]]; do
     --targets=*) TARGETS=${1#*=} ;;
     --out) OUT=${2:?--out needs a directory}; shift ;;
     --out=*) OUT=${1#*=} ;;
+    --mix) MIX=${2:?--mix needs tokens, agent or custom}; shift ;;
+    --mix=*) MIX=${1#*=} ;;
     --no-build) BUILD=0 ;;
     --install-only) INSTALL_ONLY=1 ;;
     --list) LIST_ONLY=1 ;;
@@ -105,6 +110,7 @@ done
 for t in "${TARGET_LIST[@]}"; do
   [[ ,$ALL_TARGETS, == *,"$t",* ]] || die "unknown target $t (known: $ALL_TARGETS)"
 done
+[[ $MIX == tokens || $MIX == agent || $MIX == custom ]] || die "unknown mix $MIX (tokens, agent, custom)"
 
 # ---------------------------------------------------------------------------------------------
 # Scenarios: the load generator's arguments (identical for both targets), full size and QUICK.
@@ -172,7 +178,9 @@ scenario() {
       fi ;;
     *) die "unknown scenario $name" ;;
   esac
-  SC_ARGS+=("${batch[@]}")
+  # Both targets get the same measured events, byte for byte (nchan only skips the unmeasured
+  # opening events: the RUN_STARTED, and with --mix agent the initial STATE_SNAPSHOT).
+  SC_ARGS+=("${batch[@]}" --mix "$MIX")
   # shellcheck disable=SC2206 # SCENARIO_ARGS is split on purpose
   [[ -z $SCENARIO_ARGS ]] || SC_ARGS+=($SCENARIO_ARGS)
 }
@@ -660,14 +668,14 @@ jq -n --argjson rows "$rows" --slurpfile runs "$RUNS" \
   --arg generated "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --argjson quick "$QUICK" \
   --arg git "$git_rev" --argjson dirty "$git_dirty" --arg nginx "$nginx_version" \
   --arg nchan "$nchan_version" --arg cpu "$cpu_model" --argjson cpus "$(nproc)" \
-  --argjson max_batch "$MAX_BATCH" --argjson publish_conns "$PUBLISH_CONNS" \
+  --argjson max_batch "$MAX_BATCH" --argjson publish_conns "$PUBLISH_CONNS" --arg mix "$MIX" \
   --arg nchan_buffer "$NCHAN_BUFFER" --arg nchan_timeout "$NCHAN_TIMEOUT" --arg nchan_shm "$NCHAN_SHM" \
   --arg redis "$REDIS_URL" --argjson nofile "$NOFILE" \
   --argjson server_cpu "$SERVER_CPU" --argjson loadgen_cpu "$LOADGEN_CPU" \
   '{generated: $generated, quick: ($quick == 1),
     machine: {cpu: $cpu, cpus: $cpus, server_cpu: $server_cpu, loadgen_cpu: $loadgen_cpu, nofile: $nofile},
     versions: {"agui-fanout": ($git + (if $dirty then " (dirty tree)" else "" end)), nginx: $nginx, nchan: $nchan},
-    settings: {max_batch: $max_batch, publish_conns: $publish_conns, nchan_message_buffer_length: $nchan_buffer,
+    settings: {mix: $mix, max_batch: $max_batch, publish_conns: $publish_conns, nchan_message_buffer_length: $nchan_buffer,
                nchan_message_timeout: $nchan_timeout, nchan_shared_memory_size: $nchan_shm, redis: $redis,
                "agui-fanout": "defaults (retention.max_events 10000, queue 4096 events / 4 MiB), AGUI_LOG=warn"},
     runs: $runs, rows: $rows}' >"$OUT/compare.json"
@@ -680,7 +688,7 @@ jq -n --argjson rows "$rows" --slurpfile runs "$RUNS" \
     "\(.machine.cpus) CPUs (\(.machine.cpu)): server on CPU \(.machine.server_cpu), load generator on CPU \(.machine.loadgen_cpu)."' \
     "$OUT/compare.json"
   echo
-  echo "Same load generator arguments for both (one event per POST: \`--max-batch $MAX_BATCH\`, $PUBLISH_CONNS publishing connections);"
+  echo "Event mix \`$MIX\`. Same load generator arguments for both (one event per POST: \`--max-batch $MAX_BATCH\`, $PUBLISH_CONNS publishing connections);"
   echo "nchan with one worker, \`nchan_message_buffer_length $NCHAN_BUFFER\`, \`nchan_message_timeout $NCHAN_TIMEOUT\`,"
   echo "its worker process sampled for CPU and RSS. Ratio = agui-fanout / nchan; \"better\" follows the metric's direction."
   echo

@@ -3,7 +3,8 @@
 #   1. runs the load generator's unit tests and builds both binaries (debug);
 #   2. starts a broker on a free loopback port (memory backend);
 #   3. runs a 10-second `fanout` scenario (1 thread x 50 subscribers, 200 events/s) and a short
-#      `resume-storm` (50 subscribers drop and resume with Last-Event-ID at once);
+#      `resume-storm` (50 subscribers drop and resume with Last-Event-ID at once), both with the
+#      `tokens` mix (LLM token deltas inside runs, checked by the broker's order validation);
 #   4. stops the broker (SIGTERM, then waits for it).
 # Fails when a scenario reports a gap, a duplicate, a connect error, a missing delivery or an
 # inexact resume (the load generator's exit code). Nothing here asserts on timing: latency and
@@ -74,13 +75,13 @@ status=0
 
 log "fanout: 1 thread x 50 subscribers, 200 events/s for 10 s"
 "$LOADTEST" "${common[@]}" --label smoke-fanout \
-  fanout --subscribers 50 --rate 200 --duration 10 --drain-timeout 60 || status=$?
+  fanout --mix tokens --subscribers 50 --rate 200 --duration 10 --drain-timeout 60 || status=$?
 [[ $status -eq 0 ]] || log "fanout smoke FAILED (exit code $status)"
 
 log "resume-storm: 50 subscribers reconnect with Last-Event-ID at once, 200 events/s for 4 s"
 storm_status=0
 "$LOADTEST" "${common[@]}" --label smoke-resume-storm \
-  resume-storm --subscribers 50 --rate 200 --duration 4 --storm-at 2 --drain-timeout 60 \
+  resume-storm --mix tokens --subscribers 50 --rate 200 --duration 4 --storm-at 2 --drain-timeout 60 \
   || storm_status=$?
 if [[ $storm_status -ne 0 ]]; then
   log "resume-storm smoke FAILED (exit code $storm_status)"

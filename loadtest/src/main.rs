@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+mod mix;
 mod net;
 mod payload;
 mod procfs;
@@ -93,7 +94,11 @@ pub struct Load {
     /// Seconds of publishing per step.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
-    /// Approximate size of each event, bytes of JSON.
+    /// The events published: `tokens` (LLM token stream), `agent` (a recorded agent turn) or
+    /// `custom` (the original `CUSTOM` events of `--event-bytes`); see loadtest/README.md.
+    #[arg(long, value_enum, default_value_t = payload::Mix::Tokens)]
+    pub mix: payload::Mix,
+    /// Approximate size of each event, bytes of JSON (`--mix custom` only).
     #[arg(long, default_value_t = 200)]
     pub event_bytes: usize,
     /// Keep-alive publishing connections (each thread is published by one of them).

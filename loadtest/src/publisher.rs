@@ -270,7 +270,7 @@ async fn send(
         }
     }
     let Some(c) = conn.as_mut() else { return false };
-    let body = Bytes::from(cfg.writer.batch(first, n, unix_ns()));
+    let body = Bytes::from(cfg.writer.batch(&t.name, first, n, unix_ns()));
     let sent_at = Instant::now();
     match c.post_json(&t.path, body).await {
         Ok(r) if is_success(r.status) => {

@@ -390,9 +390,10 @@ impl<'a> Session<'a> {
                 })
             })
             .collect();
+        let writer = EventWriter::new(plan.load.mix, plan.load.event_bytes);
         if !ctx.common.no_run_started {
             publisher::open_threads(&ctx.target, &ctx.sources, &threads, 16, |t| {
-                payload::run_started(&t.name, &format!("{}-run", t.name))
+                writer.open(&t.name)
             })
             .await?;
         }
@@ -407,7 +408,7 @@ impl<'a> Session<'a> {
         let pub_cfg = PubConfig {
             conns: plan.load.publish_conns.max(1),
             max_batch: plan.load.max_batch.max(1),
-            writer: EventWriter::new(plan.load.event_bytes),
+            writer,
         };
         let mut s = Session {
             ctx,
@@ -851,6 +852,7 @@ async fn stream(ctx: &Ctx, plan: StreamPlan) -> Result<Outcome> {
         "threads": plan.threads,
         "subscribers_per_thread": plan.subs_per_thread,
         "event_bytes": plan.load.event_bytes,
+        "mix": plan.load.mix,
     });
     match plan.kind {
         Kind::Plain => {
@@ -1141,6 +1143,7 @@ async fn idle(
     let load = Load {
         rate: Some(0.0),
         duration: 0.0,
+        mix: payload::Mix::Custom,
         event_bytes: 200,
         publish_conns: 1,
         max_batch: 1,

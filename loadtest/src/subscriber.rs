@@ -237,6 +237,8 @@ struct Tracker {
     batch: Vec<u64>,
     /// A restatement was seen and no measured event since.
     restating: bool,
+    /// Inside a prelude or a bridge (up to its event with a plain id).
+    in_restatement: bool,
     /// The current connection was opened with `Last-Event-ID`.
     resumed: bool,
     /// Measured events on the current connection.
@@ -248,6 +250,43 @@ struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker with nothing seen yet.
+    fn new(spec: &Spec) -> Tracker {
+        Tracker {
+            stats: SubStats {
+                id: spec.id,
+                thread: spec.thread,
+                group: spec.group,
+                ever_connected: false,
+                connects: 0,
+                connect_errors: 0,
+                last_connect_error: None,
+                peer_closes: 0,
+                delivered: 0,
+                duplicates: 0,
+                gaps: 0,
+                gap_events: 0,
+                resets: 0,
+                reset_skipped: 0,
+                inexact_resumes: 0,
+                comments: 0,
+                control_events: 0,
+                last_seq: None,
+                latency: None,
+                storm_reconnect_us: Vec::new(),
+                storm_catchup_us: Vec::new(),
+            },
+            last_id: Vec::new(),
+            batch: Vec::with_capacity(64),
+            restating: false,
+            in_restatement: false,
+            resumed: false,
+            conn_events: 0,
+            catchup: None,
+            now_ns: 0,
+        }
+    }
+
     fn accounted(&self) -> u64 {
         self.stats.last_seq.map_or(0, |s| s + 1)
     }
@@ -261,19 +300,33 @@ impl Tracker {
             self.last_id.extend_from_slice(id);
         }
         let Some(data) = f.data else { return };
-        let Some((seq, ts)) = payload::seq_ts(data) else {
-            self.stats.control_events += 1;
-            if payload::is_restatement(data) && (self.resumed || self.conn_events > 0) {
-                if !self.restating {
-                    self.stats.resets += 1;
-                    if self.resumed && self.conn_events == 0 {
-                        self.stats.inexact_resumes += 1;
-                    }
+        if !self.in_restatement && payload::restatement_starts(f.id, data) {
+            self.in_restatement = true;
+            if (self.resumed || self.conn_events > 0) && !self.restating {
+                self.stats.resets += 1;
+                if self.resumed && self.conn_events == 0 {
+                    self.stats.inexact_resumes += 1;
                 }
-                self.restating = true;
+            }
+            self.restating = true;
+        }
+        if self.in_restatement {
+            // A prelude's or bridge's events restate the fold (some are original events with
+            // their marks): none is a delivery. The first one with a plain id ends it.
+            self.stats.control_events += 1;
+            if f.id.is_some_and(|id| !id.ends_with(b"-bridge")) {
+                self.in_restatement = false;
             }
             return;
-        };
+        }
+        // A coalesced frame stands for several events: every one of them is accounted.
+        if payload::for_each_measured(data, |seq, ts| self.on_event(seq, ts)) == 0 {
+            self.stats.control_events += 1;
+        }
+    }
+
+    /// Accounts one measured event.
+    fn on_event(&mut self, seq: u64, ts: u64) {
         let lat = self.now_ns.saturating_sub(ts) / 1000;
         self.batch.push(lat);
         stats::record(
@@ -340,38 +393,7 @@ enum Fed {
 
 /// Runs one subscriber until told to stop; returns what it saw.
 pub async fn run(spec: Spec, shared: Arc<Shared>, mut ctl: watch::Receiver<Control>) -> SubStats {
-    let mut t = Tracker {
-        stats: SubStats {
-            id: spec.id,
-            thread: spec.thread,
-            group: spec.group,
-            ever_connected: false,
-            connects: 0,
-            connect_errors: 0,
-            last_connect_error: None,
-            peer_closes: 0,
-            delivered: 0,
-            duplicates: 0,
-            gaps: 0,
-            gap_events: 0,
-            resets: 0,
-            reset_skipped: 0,
-            inexact_resumes: 0,
-            comments: 0,
-            control_events: 0,
-            last_seq: None,
-            latency: None,
-            storm_reconnect_us: Vec::new(),
-            storm_catchup_us: Vec::new(),
-        },
-        last_id: Vec::new(),
-        batch: Vec::with_capacity(64),
-        restating: false,
-        resumed: false,
-        conn_events: 0,
-        catchup: None,
-        now_ns: 0,
-    };
+    let mut t = Tracker::new(&spec);
     let mut storm_seen = ctl.borrow().storm;
     let mut storm_t0: Option<Instant> = None;
     let mut failures = 0u32;
@@ -421,6 +443,7 @@ pub async fn run(spec: Spec, shared: Arc<Shared>, mut ctl: watch::Receiver<Contr
         t.resumed = !t.last_id.is_empty();
         t.conn_events = 0;
         t.restating = false;
+        t.in_restatement = false;
         let end = read_loop(&mut conn, &mut t, &spec, &shared, &mut ctl, &mut storm_seen).await;
         shared.open.fetch_sub(1, Ordering::Relaxed);
         drop(conn);
@@ -633,5 +656,152 @@ fn process(conn: &mut Conn, t: &mut Tracker, spec: &Spec, shared: &Shared, input
         Fed::Closed
     } else {
         Fed::More
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{EventWriter, Mix};
+    use agui_fanout::event::EventType;
+    use agui_fanout::log::{Epoch, EventId, StreamPos};
+    use agui_fanout::queue::coalesce::coalesce;
+    use agui_fanout::queue::{Frame as BrokerFrame, MergeKey};
+    use serde_json::Value;
+
+    fn apply(doc: &Value, ops: &[Value]) -> Option<Value> {
+        agui_fanout::fold::apply_patch(doc, ops).ok()
+    }
+
+    /// The broker's frame of measured event `seq` (log position `seq + 1`).
+    fn broker_frame(seq: u64, json: &[u8]) -> BrokerFrame {
+        let v: Value = serde_json::from_slice(json).unwrap();
+        let t = EventType::parse(v["type"].as_str().unwrap()).unwrap();
+        let id = EventId {
+            epoch: Epoch(7),
+            pos: StreamPos::new(0, seq + 1),
+        };
+        BrokerFrame::new(id, t, json, Instant::now(), MergeKey::of(t, &v, true, None))
+    }
+
+    fn tracker() -> Tracker {
+        Tracker::new(&Spec {
+            id: 0,
+            thread: 0,
+            path: String::new(),
+            group: Group::Normal,
+        })
+    }
+
+    /// Feeds SSE bytes through the load generator's own parser.
+    fn feed(t: &mut Tracker, bytes: &[u8]) {
+        let mut p = SseParser::new();
+        p.feed(bytes, |f| t.on_frame(f));
+    }
+
+    /// Every event of a stream the broker coalesced for a lagging subscriber is accounted for
+    /// exactly: a merged delta or `STATE_DELTA` carries the marks of all the events in it.
+    #[test]
+    fn coalesced_frames_account_for_every_event() {
+        for mix in [Mix::Tokens, Mix::Agent] {
+            let w = EventWriter::new(mix, 200);
+            let total = 400u64;
+            let mut frames: Vec<BrokerFrame> = (0..total)
+                .map(|seq| {
+                    let mut json = Vec::new();
+                    w.write(&mut json, "lt-0", seq, 1_000 + seq);
+                    broker_frame(seq, &json)
+                })
+                .collect();
+            let merged: u64 = coalesce(&mut frames, apply).iter().map(|(_, n)| n).sum();
+            assert!(merged > total / 2, "{mix:?}: only {merged} merged away");
+            let mut t = tracker();
+            for f in &frames {
+                feed(&mut t, &f.bytes);
+            }
+            let s = &t.stats;
+            assert_eq!(
+                (s.delivered, s.gaps, s.duplicates, s.last_seq),
+                (total, 0, 0, Some(total - 1)),
+                "{mix:?}"
+            );
+        }
+    }
+
+    /// Adjacent `STATE_DELTA`s of the `agent` mix merge into one patch holding both marks.
+    #[test]
+    fn merged_state_deltas_keep_both_marks() {
+        let w = EventWriter::new(Mix::Agent, 200);
+        let deltas: Vec<u64> = (0..200)
+            .filter(|&seq| {
+                let mut json = Vec::new();
+                w.write(&mut json, "lt-0", seq, 0);
+                json.starts_with(br#"{"type":"STATE_DELTA""#)
+            })
+            .take(2)
+            .collect();
+        assert_eq!(deltas.len(), 2);
+        let mut frames: Vec<BrokerFrame> = deltas
+            .iter()
+            .enumerate()
+            .map(|(i, &seq)| {
+                let mut json = Vec::new();
+                w.write(&mut json, "lt-0", seq, 50 + seq);
+                broker_frame(i as u64, &json)
+            })
+            .collect();
+        coalesce(&mut frames, apply);
+        assert_eq!(frames.len(), 1);
+        let mut marks = Vec::new();
+        payload::for_each_measured(frames[0].json().unwrap(), |s, t| marks.push((s, t)));
+        assert_eq!(
+            marks,
+            vec![(deltas[0], 50 + deltas[0]), (deltas[1], 50 + deltas[1])]
+        );
+    }
+
+    /// A prelude's and a bridge's events (original events with their marks among them) are not
+    /// deliveries; after a bridge, the events it skipped count as reset, not as a gap.
+    #[test]
+    fn preludes_and_bridges_are_not_deliveries() {
+        let w = EventWriter::new(Mix::Tokens, 200);
+        let ev = |seq: u64| {
+            let mut json = Vec::new();
+            w.write(&mut json, "lt-0", seq, 0);
+            String::from_utf8(json).unwrap()
+        };
+        let mut t = tracker();
+        let prelude = format!(
+            "data: {{\"type\":\"RUN_STARTED\",\"threadId\":\"lt-0\",\"runId\":\"lt-0-run-0\",\"metadata\":{{\"agui-fanout\":{{\"prelude\":true}}}}}}\n\n\
+             data: {{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}}\n\n\
+             data: {}\n\n\
+             id: e-0\ndata: {{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{{}}}}\n\n",
+            ev(0)
+        );
+        feed(&mut t, prelude.as_bytes());
+        assert_eq!((t.stats.delivered, t.stats.control_events), (0, 4));
+        feed(
+            &mut t,
+            format!("id: e-1\ndata: {}\n\nid: e-2\ndata: {}\n\n", ev(0), ev(1)).as_bytes(),
+        );
+        // A bridge: its first event carries the bridge mark; an original event inside it (the
+        // re-opened message's start, with its old mark) is not counted; events 2..=9 skipped.
+        let bridge = format!(
+            "id: e-2-bridge\ndata: {{\"type\":\"CUSTOM\",\"name\":\"agui-fanout.gap\",\"value\":{{}}}}\n\n\
+             data: {{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}}\n\n\
+             id: e-9\ndata: {}\n\n\
+             id: e-10\ndata: {}\n\n",
+            ev(0),
+            ev(10)
+        );
+        feed(&mut t, bridge.as_bytes());
+        let s = &t.stats;
+        assert_eq!(
+            (s.delivered, s.duplicates, s.gaps, s.resets, s.reset_skipped),
+            (3, 0, 0, 1, 8)
+        );
+        // Without a restatement, a jump is a gap.
+        feed(&mut t, format!("id: e-12\ndata: {}\n\n", ev(12)).as_bytes());
+        assert_eq!((t.stats.gaps, t.stats.gap_events), (1, 1));
     }
 }
