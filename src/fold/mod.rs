@@ -250,6 +250,19 @@ pub(crate) fn apply_state_delta_portable(
     patch::apply_atomic_portable(state, ops)
 }
 
+/// [`apply_state_delta_portable`] on a copy of the state the caller drops on error (a batch's
+/// check): no second copy for atomicity.
+///
+/// # Errors
+/// The first [`DeltaRefusal`]; `state` may then hold part of the patch.
+pub(crate) fn apply_state_delta_portable_in_place(
+    state: &mut Value,
+    event: &Value,
+) -> Result<(), DeltaRefusal> {
+    let ops = patch_ops(event.get("delta"))?;
+    patch::apply_portable_in_place(state, ops)
+}
+
 /// The `(index, operation)` list of a patch, without operations whose `op` the client's
 /// enforcement stage does not recognise (an object whose `op` is not one of RFC 6902's six).
 fn patch_ops(delta: Option<&Value>) -> Result<Vec<(usize, &Value)>, PatchError> {

@@ -205,7 +205,9 @@ impl ThreadFold {
                     }
                     Some("STATE_DELTA") => {
                         let st = state.get_or_insert_with(|| self.fold.state().clone());
-                        super::apply_state_delta_portable(st, ev)
+                        // `st` is this check's own copy, dropped on a refusal: no copy per
+                        // delta for atomicity.
+                        super::apply_state_delta_portable_in_place(st, ev)
                             .map_err(|refusal| Rejection::delta(index, refusal))?;
                     }
                     Some("ACTIVITY_SNAPSHOT" | "MESSAGES_SNAPSHOT") => match messages.as_mut() {

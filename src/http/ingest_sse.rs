@@ -31,7 +31,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Most events appended in one round trip by an SSE ingest (what was ready at once); lower when
 /// a batch may hold fewer ([`Ingest::max_batch`]).
@@ -54,7 +54,7 @@ pub(super) async fn ingest(
     thread: &ThreadId,
     body: Body,
     producer: Option<Producer>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<super::publish::Reply>, ApiError> {
     let max_event = state.config.limits.max_event_bytes;
     let batch_max = state
         .ingest

@@ -66,9 +66,10 @@ impl Owners {
 /// events (see the module docs for what it checks).
 ///
 /// [`Self::verify`] is atomic: an event it refuses leaves the state unchanged. Cloning costs
-/// the open constructs plus the run's owner maps (one entry per message / tool call id seen
-/// in the run, `RUN_STARTED.input.messages` and `MESSAGES_SNAPSHOT` included); keys are
-/// shared `Arc<str>`, events are shared `Arc<Value>`.
+/// the open constructs; the run's owner maps (one entry per message / tool call id seen in the
+/// run, `RUN_STARTED.input.messages` and `MESSAGES_SNAPSHOT` included) are shared until a
+/// clone records an owner, which copies them once; keys are shared `Arc<str>`, events are
+/// shared `Arc<Value>`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OrderVerifier {
     first_event_received: bool,
@@ -76,7 +77,10 @@ pub struct OrderVerifier {
     run_finished: bool,
     run_error: bool,
     open: OpenConstructs,
-    owners: Owners,
+    /// Shared between clones and copied on the first write: the broker clones the verifier
+    /// for every publish's check and every frame's order view, and most events (content
+    /// deltas) record no owner, so a clone stays O(open constructs) however long the run.
+    owners: Arc<Owners>,
     /// Step owners in the order the client's `activeSteps` map first saw them (the order of
     /// the `RUN_FINISHED` open-steps message).
     step_owners: Vec<Owner>,
@@ -212,13 +216,17 @@ impl OrderVerifier {
                 let id = required_str(obj, "messageId", event_type)?;
                 let replace = obj.get("replace") != Some(&Value::Bool(false));
                 if replace || !self.owners.activity.contains_key(id) {
-                    self.owners.activity.insert(id.into(), tag.map(Arc::from));
+                    Arc::make_mut(&mut self.owners)
+                        .activity
+                        .insert(id.into(), tag.map(Arc::from));
                 }
             }
             T::ToolCallResult => {
                 // Records the minted tool message's owner; newest wins. No other check.
                 if let Some(id) = obj.get("messageId").and_then(Value::as_str) {
-                    self.owners.message.insert(id.into(), tag.map(Arc::from));
+                    Arc::make_mut(&mut self.owners)
+                        .message
+                        .insert(id.into(), tag.map(Arc::from));
                 }
             }
             T::ReasoningEncryptedValue => {
@@ -350,7 +358,7 @@ impl OrderVerifier {
         let run = std::mem::take(&mut self.open.run);
         self.open = OpenConstructs::default();
         self.open.run = run;
-        self.owners = Owners::default();
+        self.owners = Arc::default();
         self.step_owners.clear();
         self.closed_subagents.clear();
         self.run_finished = false;
@@ -369,10 +377,11 @@ impl OrderVerifier {
                 .get("subagentRunId")
                 .and_then(Value::as_str)
                 .map(Arc::from);
+            let owners = Arc::make_mut(&mut self.owners);
             let bucket = match message.get("role").and_then(Value::as_str) {
-                Some("reasoning") => &mut self.owners.reasoning,
-                Some("activity") => &mut self.owners.activity,
-                _ => &mut self.owners.message,
+                Some("reasoning") => &mut owners.reasoning,
+                Some("activity") => &mut owners.activity,
+                _ => &mut owners.message,
             };
             if authoritative || !bucket.contains_key(id) {
                 bucket.insert(id.into(), owner.clone());
@@ -383,9 +392,9 @@ impl OrderVerifier {
             };
             for call in calls {
                 if let Some(call_id) = call.get("id").and_then(Value::as_str)
-                    && (authoritative || !self.owners.tool_call.contains_key(call_id))
+                    && (authoritative || !owners.tool_call.contains_key(call_id))
                 {
-                    self.owners.tool_call.insert(call_id.into(), owner.clone());
+                    owners.tool_call.insert(call_id.into(), owner.clone());
                 }
             }
         }
@@ -457,7 +466,7 @@ impl OrderVerifier {
                 Some(tag) => Some(Arc::from(tag)),
                 None => inherited.flatten(),
             };
-            self.owners
+            Arc::make_mut(&mut self.owners)
                 .of_mut(construct.owners)
                 .insert(id.into(), owner);
         }
@@ -762,3 +771,6 @@ impl OrderVerifier {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

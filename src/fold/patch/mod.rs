@@ -162,6 +162,28 @@ where
     })
 }
 
+/// [`apply_atomic_portable`] without the all-or-nothing copy, for a document the caller
+/// throws away on error (a publish's check works on its own copy of the state): on error `doc`
+/// may hold the operations before the failing one.
+///
+/// # Errors
+/// The first [`DeltaRefusal`].
+pub(crate) fn apply_portable_in_place<'a>(
+    doc: &mut Value,
+    ops: impl IntoIterator<Item = (usize, &'a Value)>,
+) -> Result<(), DeltaRefusal> {
+    for (index, raw) in ops {
+        portable::check(doc, raw).map_err(|u| AmbiguousPath {
+            op_index: index,
+            member: u.member,
+            pointer: u.pointer,
+            reason: u.reason,
+        })?;
+        apply_indexed(doc, index, raw)?;
+    }
+    Ok(())
+}
+
 /// Runs `step` on each operation, all or nothing (see [`apply_atomic`] for when `doc` is
 /// cloned). `step` must fail without writing anything, except for a `move`.
 fn atomic<'a, I, E>(
