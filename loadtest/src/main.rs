@@ -12,6 +12,7 @@ mod payload;
 mod procfs;
 mod publisher;
 mod report;
+mod runs;
 mod scenario;
 mod stats;
 mod subscriber;
@@ -227,6 +228,9 @@ pub enum Scenario {
         #[command(flatten)]
         load: Load,
     },
+    /// Concurrent AG-UI runs through the run gateway against the demo agent, with viewers,
+    /// against the same events published plainly (broker CPU per delivered event).
+    Runs(runs::RunsArgs),
 }
 
 impl Scenario {
@@ -239,6 +243,7 @@ impl Scenario {
             Scenario::Slow { .. } => "slow",
             Scenario::ResumeStorm { .. } => "resume-storm",
             Scenario::Ingest { .. } => "ingest",
+            Scenario::Runs(_) => "runs",
         }
     }
 }
