@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # CI smoke run of the load generator (called by scripts/test.sh after the cargo tests):
 #   1. runs the load generator's unit tests and builds both binaries (debug);
-#   2. starts a broker on a free loopback port (memory backend);
+#   2. starts the demo agent (`agui-fanout demo-agent --pace 0`) and a broker on free loopback
+#      ports (memory backend), the demo agent configured as agent `demo`;
 #   3. runs a 10-second `fanout` scenario (1 thread x 50 subscribers, 200 events/s) and a short
 #      `resume-storm` (50 subscribers drop and resume with Last-Event-ID at once), both with the
-#      `tokens` mix (LLM token deltas inside runs, checked by the broker's order validation);
-#   4. stops the broker (SIGTERM, then waits for it).
-# Fails when a scenario reports a gap, a duplicate, a connect error, a missing delivery or an
-# inexact resume (the load generator's exit code). Nothing here asserts on timing: latency and
-# throughput are printed, not checked.
+#      `tokens` mix (LLM token deltas inside runs, checked by the broker's order validation), and
+#      a small `runs` scenario (40 gateway runs, 4 at once, 2 viewers per thread, then the same
+#      events published plainly);
+#   4. stops the broker (SIGTERM, then waits for it) and the demo agent.
+# Fails when a scenario reports a gap, a duplicate, a connect error, a missing delivery, an
+# inexact resume, or a run that is not whole or not seen whole by its viewers (the load
+# generator's exit code). Nothing here asserts on timing: latency and throughput are printed,
+# not checked.
 # Results go to $SMOKE_OUT (default loadtest/results/smoke, git-ignored).
 set -euo pipefail
 
@@ -29,6 +33,8 @@ cargo build -p agui-fanout -p agui-loadtest --bins
 mkdir -p "$OUT"
 broker_log=$(mktemp)
 broker_pid=
+agent_log=$(mktemp)
+agent_pid=
 
 stop_broker() {
   [[ -n $broker_pid ]] || return 0
@@ -46,11 +52,35 @@ stop_broker() {
   wait "$broker_pid" 2>/dev/null || true
   broker_pid=
 }
-trap 'stop_broker; rm -f "$broker_log"' EXIT
+stop_agent() {
+  [[ -n $agent_pid ]] || return 0
+  kill -TERM "$agent_pid" 2>/dev/null || true
+  wait "$agent_pid" 2>/dev/null || true
+  agent_pid=
+}
+trap 'stop_broker; stop_agent; rm -f "$broker_log" "$agent_log"' EXIT
+
+# The demo agent prints `demo agent listening on http://ADDR` once bound.
+log "starting the demo agent on a free loopback port"
+AGUI_LOG=warn "$BROKER" demo-agent --listen 127.0.0.1:0 --pace 0 >"$agent_log" 2>&1 &
+agent_pid=$!
+agent_url=
+for _ in $(seq 1 300); do
+  agent_url=$(grep -o 'demo agent listening on http://[0-9.:]*' "$agent_log" | head -n1 | cut -d' ' -f5 || true)
+  [[ -n $agent_url ]] && break
+  if ! kill -0 "$agent_pid" 2>/dev/null; then
+    log "the demo agent exited before listening:"
+    cat "$agent_log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+[[ -n $agent_url ]] || { log "the demo agent did not report its address within 30 s"; exit 1; }
+log "demo agent pid $agent_pid listening on $agent_url"
 
 # Port 0: the kernel picks a free port; the broker logs the address it bound.
 log "starting the broker (memory backend) on a free loopback port"
-AGUI_LOG=info AGUI_REDIS_URL= "$BROKER" serve --listen 127.0.0.1:0 >"$broker_log" 2>&1 &
+AGUI_LOG=info AGUI_REDIS_URL= AGUI_AGENTS__DEMO__URL="$agent_url/" "$BROKER" serve --listen 127.0.0.1:0 >"$broker_log" 2>&1 &
 broker_pid=$!
 addr=
 for _ in $(seq 1 300); do
@@ -88,7 +118,18 @@ if [[ $storm_status -ne 0 ]]; then
   [[ $status -ne 0 ]] || status=$storm_status
 fi
 
+log "runs: 40 gateway runs against the demo agent, 4 at once, 2 viewers per thread, then published plainly"
+runs_status=0
+"$LOADTEST" "${common[@]}" --label smoke-runs \
+  runs --agent-url "$agent_url/" --concurrency 4 --runs 40 --viewers 2 --pause 0.2 --drain-timeout 60 \
+  || runs_status=$?
+if [[ $runs_status -ne 0 ]]; then
+  log "runs smoke FAILED (exit code $runs_status)"
+  [[ $status -ne 0 ]] || status=$runs_status
+fi
+
 stop_broker
+stop_agent
 if [[ $status -eq 0 ]]; then
   log "loadtest smoke passed (results in $OUT)"
 else

@@ -13,6 +13,7 @@ mod payload;
 mod procfs;
 mod publisher;
 mod report;
+mod runs;
 mod scenario;
 mod stats;
 mod subscriber;
@@ -232,6 +233,9 @@ pub enum Scenario {
         #[command(flatten)]
         load: Load,
     },
+    /// Concurrent AG-UI runs through the run gateway against the demo agent, with viewers,
+    /// against the same events published plainly (broker CPU per delivered event).
+    Runs(runs::RunsArgs),
 }
 
 impl Scenario {
@@ -244,6 +248,7 @@ impl Scenario {
             Scenario::Slow { .. } => "slow",
             Scenario::ResumeStorm { .. } => "resume-storm",
             Scenario::Ingest { .. } => "ingest",
+            Scenario::Runs(_) => "runs",
         }
     }
 }

@@ -138,6 +138,7 @@ pub async fn run(cli: Cli, workers: usize) -> Result<bool> {
             settle,
             hold,
         } => idle(&ctx, *connections, *threads, *settle, *hold).await?,
+        Scenario::Runs(args) => crate::runs::run(&ctx, args).await?,
     };
     let metrics_after = fetch_metrics(&ctx).await;
     if let (Some(before), Some(after)) = (metrics_before, metrics_after) {

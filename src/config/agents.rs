@@ -6,6 +6,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Longest agent name (it is a path segment of `POST /v1/agents/{name}`).
@@ -40,6 +41,12 @@ pub struct AgentConfig {
     /// `RUN_ERROR` `cancelled`).
     #[serde(default)]
     pub on_disconnect: OnDisconnect,
+    /// PEM file of the certificate authorities an `https://` agent's certificate must chain
+    /// to, instead of the platform's trust store (an agent behind a private CA). Only with
+    /// `https://`; read at start-up, where a file that cannot be read or holds no usable
+    /// certificate is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -52,7 +59,32 @@ impl AgentConfig {
             connect_timeout: default_connect_timeout(),
             idle_timeout: default_idle_timeout(),
             on_disconnect: OnDisconnect::default(),
+            ca_file: None,
         }
+    }
+
+    /// The trust roots of `ca_file` for agent `name` (`None` when it is not set: the
+    /// platform's trust store).
+    ///
+    /// # Errors
+    /// A message naming `agents.<name>.ca_file` when the file cannot be read, a PEM block in
+    /// it is malformed, or it holds no certificate rustls accepts as a trust anchor.
+    pub fn root_store(&self, name: &str) -> Result<Option<rustls::RootCertStore>, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let Some(path) = &self.ca_file else {
+            return Ok(None);
+        };
+        let at = format!("agents.{name}.ca_file ({})", path.display());
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("{at}: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let (added, _ignored) = roots.add_parsable_certificates(certs);
+        if added == 0 {
+            return Err(format!("{at}: the file holds no usable PEM certificate"));
+        }
+        Ok(Some(roots))
     }
 }
 
@@ -74,6 +106,7 @@ impl fmt::Debug for AgentConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("on_disconnect", &self.on_disconnect)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -232,6 +265,12 @@ pub fn validate(agents: &BTreeMap<String, AgentConfig>) -> Result<(), String> {
         for header in &agent.forward_headers {
             check_header_name(header, &format!("{at}.forward_headers"))?;
         }
+        if agent.ca_file.is_some() && url.scheme_str() != Some("https") {
+            return Err(format!(
+                "{at}.ca_file is set but {at}.url does not start with https://"
+            ));
+        }
+        agent.root_store(name)?;
         if agent.connect_timeout.is_zero() || agent.idle_timeout.is_zero() {
             return Err(format!(
                 "{at}: connect_timeout and idle_timeout must be > 0"
@@ -334,10 +373,29 @@ mod tests {
                 "[agents.a]\nurl = \"http://x/\"\nidle_timeout = \"0s\"\n",
                 "idle_timeout",
             ),
+            (
+                "[agents.a]\nurl = \"http://x/\"\nca_file = \"Cargo.toml\"\n",
+                "agents.a.ca_file is set but agents.a.url does not start with https://",
+            ),
+            (
+                "[agents.a]\nurl = \"https://x/\"\nca_file = \"/nonexistent/ca.pem\"\n",
+                "agents.a.ca_file (/nonexistent/ca.pem): ",
+            ),
         ];
         for (toml, want) in bad {
             let e = validate(&parse(toml).unwrap()).unwrap_err();
             assert!(e.contains(want), "{toml}: {e}");
         }
+        // A readable file without a PEM certificate (an absolute path: figment's `Jail` in
+        // another test changes the working directory).
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let toml = format!("[agents.a]\nurl = \"https://x/\"\nca_file = \"{manifest}\"\n");
+        let e = validate(&parse(&toml).unwrap()).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "agents.a.ca_file ({manifest}): the file holds no usable PEM certificate"
+            )),
+            "{e}"
+        );
     }
 }

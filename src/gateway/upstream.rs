@@ -101,7 +101,8 @@ pub struct Agent {
 
 impl Agent {
     /// Builds the agent's client: HTTP/1.1, or HTTP/2 when TLS negotiates it; TLS by rustls
-    /// with the `ring` provider and the platform's certificate verifier; `connect_timeout` on
+    /// with the `ring` provider and the platform's certificate verifier, or the CAs of
+    /// `ca_file` when set; `connect_timeout` on
     /// the TCP connection; no redirect followed (a redirected POST would become a GET: an
     /// agent that moved is a configuration error, reported as `upstream_status`).
     ///
@@ -116,9 +117,21 @@ impl Agent {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(config.connect_timeout));
-        let tls = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
-            .map_err(|e| format!("agents.{name}: TLS: {e}"))?
+        let provider = rustls::crypto::ring::default_provider();
+        let tls = match config.root_store(name)? {
+            // A private CA (`ca_file`) instead of the platform's trust store.
+            Some(roots) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| format!("agents.{name}: TLS: {e}"))?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            ),
+            None => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_platform_verifier(provider)
+                .map_err(|e| format!("agents.{name}: TLS: {e}"))?,
+        };
+        let tls = tls
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(http);
