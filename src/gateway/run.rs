@@ -94,7 +94,10 @@ pub(super) struct RunTask {
     caller: CallerTx,
     cancel: CancellationToken,
     ended: watch::Sender<Option<Ended>>,
-    _registration: Registration,
+    /// Taken (the thread's entry removed) as soon as the run has ended, before the caller's
+    /// stream ends: a caller that starts its next turn when the answer ends must not meet
+    /// this run's entry (409). Fields drop in declaration order, `caller` before this one.
+    registration: Option<Registration>,
     /// The producer number of the last event appended (the run id is the producer id).
     seq: u64,
     /// The run's `RUN_STARTED` is in the log.
@@ -126,7 +129,7 @@ impl RunTask {
             caller,
             cancel,
             ended,
-            _registration: registration,
+            registration: Some(registration),
             seq: 0,
             started: false,
             last_id: None,
@@ -141,6 +144,7 @@ impl RunTask {
         metrics::gauge!(m::RUNS_ACTIVE).increment(1.0);
         let stop = self.drive().await;
         let outcome = self.finish(stop).await;
+        drop(self.registration.take());
         metrics::gauge!(m::RUNS_ACTIVE).decrement(1.0);
         if let Some(outcome) = outcome {
             metrics::counter!(m::RUNS_ENDED, "outcome" => outcome.as_str()).increment(1);
