@@ -25,23 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 K8S_VERSIONS=(1.35.0 1.37.0)
 TARGETS=(base overlays/dev overlays/production)
 
-log() { printf '==> %s\n' "$*" >&2; }
-
-as_root() {
-  if [[ $(id -u) -eq 0 ]]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else log "need root to run: $*"; return 1
-  fi
-}
-
-apt_updated=0
-apt_install() {
-  if [[ $apt_updated -eq 0 ]]; then
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
-    apt_updated=1
-  fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
-}
+source scripts/lib.sh
 
 # --- tools ------------------------------------------------------------------------------------
 tools=${AGUI_DEPLOY_TOOLS:-target/deploy-tools}

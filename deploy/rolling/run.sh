@@ -20,23 +20,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-log() { printf '==> %s\n' "$*" >&2; }
-
-as_root() {
-  if [[ $(id -u) -eq 0 ]]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else log "need root to run: $*"; return 1
-  fi
-}
-
-apt_updated=0
-apt_install() {
-  if [[ $apt_updated -eq 0 ]]; then
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
-    apt_updated=1
-  fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
-}
+source scripts/lib.sh
 
 profile=debug
 short=0
@@ -66,37 +50,9 @@ if [[ ! -d tests/node/node_modules/eventsource ]]; then
 fi
 
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-if [[ $profile == release ]]; then
-  log "cargo build --release --bin agui-fanout"
-  cargo build --release --bin agui-fanout
-else
-  log "cargo build --bin agui-fanout"
-  cargo build --bin agui-fanout
-fi
+build_broker "$profile"
 
 limit=$(( short ? 360 : 600 ))
-run_pid=
-stop_run() {
-  [[ -n $run_pid ]] || return 0
-  kill -TERM -- "-$run_pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 -- "-$run_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL -- "-$run_pid" 2>/dev/null || true
-  run_pid=
-}
-trap stop_run EXIT
-
 log "rolling-deploy test ($([[ $short -eq 1 ]] && echo short || echo full) form, $profile binary, at most $limit s)"
-setsid timeout --kill-after=20 "$limit" \
-  node deploy/rolling/rolling.mjs --binary "$TARGET_DIR/$profile/agui-fanout" "${args[@]}" &
-run_pid=$!
-status=0
-wait "$run_pid" || status=$?
-run_pid=
-if [[ $status -eq 124 ]]; then
-  log "rolling-deploy test stopped after $limit s"
-  status=1
-fi
-exit "$status"
+run_bounded "rolling-deploy test" "$limit" \
+  node deploy/rolling/rolling.mjs --binary "$TARGET_DIR/$profile/agui-fanout" "${args[@]}"

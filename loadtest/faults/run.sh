@@ -16,7 +16,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-log() { printf '==> %s\n' "$*" >&2; }
+source scripts/lib.sh
 
 profile=debug
 long=0
@@ -41,43 +41,13 @@ if [[ ! -d tests/node/node_modules/eventsource || ! -d tests/node/node_modules/@
 fi
 
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-if [[ $profile == release ]]; then
-  log "cargo build --release --bin agui-fanout"
-  cargo build --release --bin agui-fanout
-else
-  log "cargo build --bin agui-fanout"
-  cargo build --bin agui-fanout
-fi
+build_broker "$profile"
 
 log "checker unit tests"
 node --test loadtest/faults/checker.test.mjs >/dev/null
 
 # The whole run is bounded: each experiment has its own limit inside, this is the backstop.
 limit=$(( long ? 2700 : 900 ))
-suite_pid=
-stop_suite() {
-  [[ -n $suite_pid ]] || return 0
-  # The suite, the brokers and redis-servers it started: its own process group.
-  kill -TERM -- "-$suite_pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 -- "-$suite_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL -- "-$suite_pid" 2>/dev/null || true
-  suite_pid=
-}
-trap stop_suite EXIT
-
 log "fault suite ($([[ $long -eq 1 ]] && echo long || echo short) form, $profile binary, at most $limit s)"
-# `timeout` stops the suite (SIGTERM: it kills its children itself) if it overruns its limit.
-setsid timeout --kill-after=20 "$limit" \
-  node loadtest/faults/faults.mjs --binary "$TARGET_DIR/$profile/agui-fanout" "${args[@]}" &
-suite_pid=$!
-status=0
-wait "$suite_pid" || status=$?
-suite_pid=
-if [[ $status -eq 124 ]]; then
-  log "fault suite stopped after $limit s"
-  status=1
-fi
-exit "$status"
+run_bounded "fault suite" "$limit" \
+  node loadtest/faults/faults.mjs --binary "$TARGET_DIR/$profile/agui-fanout" "${args[@]}"
