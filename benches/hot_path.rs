@@ -20,18 +20,12 @@
 //! total divided by the events is the instructions per published event).
 
 use agui_fanout::config::Config;
-use agui_fanout::gateway::Gateway;
-use agui_fanout::http::{self, AppState};
-use agui_fanout::hub::Hub;
-use agui_fanout::ingest::Ingest;
-use agui_fanout::queue::QueueLimits;
+use agui_fanout::http;
 use axum::Router;
 use axum::body::{Body, BodyDataStream};
 use axum::http::{Method, Request, StatusCode, header};
 use criterion::{Criterion, Throughput};
 use futures::StreamExt;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -191,32 +185,13 @@ async fn app() -> Router {
     let log = agui_fanout::app::build_log(&config)
         .await
         .expect("a memory log");
-    let ingest = Ingest::new(
-        log.clone(),
-        config.strict_order,
-        config.retention.max_events,
-    );
-    let state = AppState {
-        gateway: Gateway::new(&config, ingest.clone(), log.clone()).expect("a gateway"),
-        ingest,
-        hub: Hub::start(
-            log.clone(),
-            QueueLimits {
-                max_events: config.queue.max_events,
-                max_bytes: config.queue.max_bytes,
-            },
-            CancellationToken::new(),
-        ),
+    let state = agui_fanout::app::state(
+        config,
         log,
-        metrics: agui_fanout::metrics::install_recorder(),
-        draining: Arc::new(AtomicBool::new(false)),
-        drain_ended: CancellationToken::new(),
-        auth: None,
-        cors: None,
-        bodies: http::BodyBudget::new(config.limits.bodies_in_flight_bytes),
-        connections: http::admin::connections::Connections::new(),
-        config: Arc::new(config),
-    };
+        CancellationToken::new(),
+        agui_fanout::metrics::install_recorder(),
+    )
+    .expect("the default configuration is valid");
     http::router(state)
 }
 

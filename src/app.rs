@@ -105,23 +105,22 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     start_with_log(config, log).await
 }
 
-/// Like [`start`], with a given log backend (tests share one log between two brokers).
+/// The router's state for `config` over `log`: the hub (its tail stopped by `hub_stop`),
+/// ingest, gateway (with the orphan sweep when `runs.orphan_timeout` is set), auth, CORS and
+/// the bodies budget, with `metrics` as the `/metrics` handle. Shared by [`start_with_log`] and
+/// the tests and benches that drive `http::router` without a socket.
 ///
 /// # Errors
-/// The address cannot be bound.
-pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
-    // Also for configurations built in code (tests): the non-loopback rule of PROTOCOL §8 holds.
-    config.validate()?;
+/// The auth or gateway configuration is invalid.
+pub fn state(
+    config: Config,
+    log: Arc<dyn EventLog>,
+    hub_stop: CancellationToken,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<AppState> {
     let auth = crate::http::auth::Auth::from_config(&config.auth)
         .map_err(anyhow::Error::msg)?
         .map(Arc::new);
-    let listener = anyhow::Context::with_context(bind(config.listen), || {
-        format!("cannot listen on {}", config.listen)
-    })?;
-    let addr = listener.local_addr()?;
-    let shutdown = CancellationToken::new();
-    // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
-    let hub_stop = CancellationToken::new();
     let hub = Hub::start(
         log.clone(),
         QueueLimits {
@@ -139,24 +138,41 @@ pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::R
         .map_err(anyhow::Error::msg)?;
     // Stopped with the hub: a sweep may still close a run while streams drain.
     if !config.runs.orphan_timeout.is_zero() {
-        ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop.clone());
+        ingest.start_orphan_sweep(config.runs.orphan_timeout, hub_stop);
     }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let bodies = http::BodyBudget::new(config.limits.bodies_in_flight_bytes);
-    let state = AppState {
+    Ok(AppState {
         config: Arc::new(config),
         log,
         ingest,
         hub,
         gateway,
-        metrics: crate::metrics::install(),
+        metrics,
         draining: Arc::new(AtomicBool::new(false)),
         drain_ended: CancellationToken::new(),
         auth,
         cors,
         bodies,
         connections: http::admin::connections::Connections::new(),
-    };
+    })
+}
+
+/// Like [`start`], with a given log backend (tests share one log between two brokers).
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn start_with_log(config: Config, log: Arc<dyn EventLog>) -> anyhow::Result<Server> {
+    // Also for configurations built in code (tests): the non-loopback rule of PROTOCOL §8 holds.
+    config.validate()?;
+    let listener = anyhow::Context::with_context(bind(config.listen), || {
+        format!("cannot listen on {}", config.listen)
+    })?;
+    let addr = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    // The hub's tail outlives the HTTP drain: streams still being drained keep receiving.
+    let hub_stop = CancellationToken::new();
+    let state = state(config, log, hub_stop.clone(), crate::metrics::install())?;
     // Every family on /metrics from start, and `agui_backend_up` from a first ping rather than
     // from the first operation (an alert on it must not wait for traffic).
     crate::metrics::export_zero_series(

@@ -4,18 +4,13 @@
 //! sockets elsewhere (`fanout_smoke`, `resume`, `conn_front`).
 
 use agui_fanout::config::Config;
-use agui_fanout::gateway::Gateway;
 use agui_fanout::http::{self, AppState};
-use agui_fanout::hub::Hub;
-use agui_fanout::ingest::Ingest;
-use agui_fanout::queue::QueueLimits;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -26,32 +21,13 @@ async fn app_with(f: impl FnOnce(&mut Config)) -> (Router, AppState) {
     let log = agui_fanout::app::build_log(&config)
         .await
         .expect("a memory log");
-    let ingest = Ingest::new(
-        log.clone(),
-        config.strict_order,
-        config.retention.max_events,
-    );
-    let state = AppState {
-        gateway: Gateway::new(&config, ingest.clone(), log.clone()).expect("a gateway"),
-        ingest,
-        hub: Hub::start(
-            log.clone(),
-            QueueLimits {
-                max_events: config.queue.max_events,
-                max_bytes: config.queue.max_bytes,
-            },
-            CancellationToken::new(),
-        ),
+    let state = agui_fanout::app::state(
+        config,
         log,
-        metrics: agui_fanout::metrics::install(),
-        draining: Arc::new(AtomicBool::new(false)),
-        drain_ended: CancellationToken::new(),
-        auth: None,
-        cors: None,
-        bodies: http::BodyBudget::new(config.limits.bodies_in_flight_bytes),
-        connections: http::admin::connections::Connections::new(),
-        config: Arc::new(config),
-    };
+        CancellationToken::new(),
+        agui_fanout::metrics::install(),
+    )
+    .expect("the default configuration is valid");
     (http::router(state.clone()), state)
 }
 
