@@ -11,14 +11,20 @@ use std::str::FromStr;
 pub const MAX_PAGE: usize = 1000;
 
 /// Where a page of [`EventLog::list_threads`](super::EventLog::list_threads) starts; opaque to
-/// clients, written `<scan>` or `<scan>.<after>`.
+/// clients, written `<scan>`, `<scan>.<after>`, or either behind `<shard>:` when `shard` is
+/// not 0.
 ///
-/// `scan` is the Redis `SCAN` cursor of the batch the page starts in (always `0` for the
-/// memory log); `after` is the last thread of the previous page when that page ended inside
-/// a batch (a `SCAN` batch may hold more threads than the page had room for: the batch is
-/// read again and the threads up to `after` skipped, so a page never exceeds its `limit`).
+/// `shard` is, on a Redis Cluster, the primary the walk is on (the primaries in the order
+/// of their lowest slot; always `0` elsewhere); `scan` is the Redis `SCAN` cursor of the
+/// batch the page starts in on that node (always `0` for the memory log); `after` is the last
+/// thread of the previous page when that page ended inside a batch (a `SCAN` batch may hold
+/// more threads than the page had room for: the batch is read again and the threads up to
+/// `after` skipped, so a page never exceeds its `limit`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListCursor {
+    /// The Redis Cluster primary the page starts on, by rank of its lowest slot (`0`
+    /// elsewhere).
+    pub shard: u32,
     /// The `SCAN` cursor the page starts at (`0`: the beginning).
     pub scan: u64,
     /// Threads up to and including this one (in id order) were already listed from the
@@ -34,16 +40,26 @@ pub struct CursorParseError;
 impl FromStr for ListCursor {
     type Err = CursorParseError;
 
-    /// Parses `<scan>` or `<scan>.<after>` (`scan` decimal, `after` a thread id).
+    /// Parses `[<shard>:]<scan>[.<after>]` (`shard` and `scan` decimal, `after` a thread id).
     fn from_str(s: &str) -> Result<Self, CursorParseError> {
         let (scan, after) = match s.split_once('.') {
             Some((scan, after)) => (scan, Some(after)),
             None => (s, None),
         };
-        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
+        let (shard, scan) = match scan.split_once(':') {
+            Some((shard, scan)) => (Some(shard), scan),
+            None => (None, scan),
+        };
+        let decimal = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+        if !decimal(scan) || shard.is_some_and(|d| !decimal(d)) {
             return Err(CursorParseError);
         }
         Ok(ListCursor {
+            shard: shard
+                .map(str::parse)
+                .transpose()
+                .map_err(|_| CursorParseError)?
+                .unwrap_or(0),
             scan: scan.parse().map_err(|_| CursorParseError)?,
             after: after
                 .map(ThreadId::parse)
@@ -55,6 +71,9 @@ impl FromStr for ListCursor {
 
 impl fmt::Display for ListCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.shard != 0 {
+            write!(f, "{}:", self.shard)?;
+        }
         match &self.after {
             Some(after) => write!(f, "{}.{after}", self.scan),
             None => write!(f, "{}", self.scan),
@@ -134,12 +153,24 @@ mod tests {
         for c in [
             ListCursor::default(),
             ListCursor {
+                shard: 0,
                 scan: 1234,
                 after: Some(t.clone()),
             },
             ListCursor {
+                shard: 0,
                 scan: 0,
+                after: Some(t.clone()),
+            },
+            ListCursor {
+                shard: 2,
+                scan: 77,
                 after: Some(t),
+            },
+            ListCursor {
+                shard: 1,
+                scan: 0,
+                after: None,
             },
         ] {
             assert_eq!(c.to_string().parse::<ListCursor>(), Ok(c));
@@ -162,6 +193,11 @@ mod tests {
             "1.a b",
             "99999999999999999999999",
             "+1",
+            ":1",
+            "1:",
+            "x:1",
+            "1:2:3",
+            "99999999999:1",
         ] {
             assert_eq!(bad.parse::<ListCursor>(), Err(CursorParseError), "{bad:?}");
         }

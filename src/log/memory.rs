@@ -482,6 +482,7 @@ impl EventLog for MemoryLog {
         }
         let next = match (rest.next(), looked_at) {
             (Some(_), Some(after)) => Some(ListCursor {
+                shard: 0,
                 scan: 0,
                 after: Some(after.clone()),
             }),

@@ -140,3 +140,43 @@ pub async fn snapshot(base: &str, thread: &str) -> serde_json::Value {
         .await
         .expect("snapshot JSON")
 }
+
+/// `GET {url}` (with `token` as a bearer token): status and JSON body (`null` when not JSON).
+pub async fn get_json(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Every page of the admin list `GET /v1/threads?prefix=…&limit=…` (authentication off): the
+/// thread ids in page order, and the pages' sizes. Panics on a non-200 page or past 1,000
+/// pages.
+pub async fn walk(base: &str, prefix: &str, limit: usize) -> (Vec<String>, Vec<usize>) {
+    let mut ids = Vec::new();
+    let mut sizes = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let mut url = format!("{base}/v1/threads?prefix={prefix}&limit={limit}");
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page) = get_json(&url, None).await;
+        assert_eq!(status, 200, "{page}");
+        let threads = page["threads"].as_array().expect("threads");
+        sizes.push(threads.len());
+        ids.extend(
+            threads
+                .iter()
+                .map(|t| t["threadId"].as_str().unwrap().to_string()),
+        );
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return (ids, sizes),
+        }
+    }
+    panic!("more than 1000 pages");
+}

@@ -4,16 +4,22 @@
 //!
 //! `SCAN` walks the node's whole keyspace in batches whose size Redis chooses; a page takes
 //! whole batches while they fit its `limit`, and one that does not fit is cut in id order and
-//! read again by the next page (the cursor says where, see [`ListCursor`]). A Redis Cluster
-//! would need one walk per primary: the list is refused there (503) until it has one; a
-//! thread's summary works on either.
+//! read again by the next page (the cursor says where, see [`ListCursor`]). On a Redis
+//! Cluster the walk goes through the primaries one after the other (ranked by their lowest
+//! slot, as `CLUSTER SLOTS` gives them when each page starts), each with its own `SCAN`; a
+//! failover or a slot migrating during the walk weakens `SCAN`'s guarantee as a resize
+//! does: a thread of the moved slots may be listed twice or, once, missed.
 
-use super::resp::{decode_entries, malformed, parse_entries, parse_head_counts, unavailable};
+use super::conn::{Shared, Target};
+use super::resp::{
+    Addr, decode_entries, malformed, parse_entries, parse_head_counts, parse_slots, unavailable,
+};
 use super::{RedisLog, retry_dropped};
 use crate::event::ThreadId;
 use crate::log::list::MAX_PAGE;
 use crate::log::{ListCursor, LogError, ThreadPage, ThreadSummary};
-use redis::Value;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ConnectionAddr, Value};
 
 /// `COUNT` of every `SCAN` call (buckets looked at). Fixed, so that a batch cut by a page is
 /// the same batch when the next page reads it again (unless the keyspace was resized).
@@ -34,15 +40,6 @@ impl RedisLog {
         limit: usize,
     ) -> Result<ThreadPage, LogError> {
         let limit = limit.clamp(1, MAX_PAGE);
-        if self.inner.target.is_cluster() {
-            // The shared connection would send SCAN to one node: a walk would miss the threads
-            // of every other primary. Refused rather than answered wrong.
-            return Err(LogError::Unavailable(
-                "listing threads walks one Redis with SCAN; on a Redis Cluster it is not \
-                 supported yet (GET /v1/threads/{threadId} works)"
-                    .into(),
-            ));
-        }
         self.timed("list", async {
             let (ids, next) = self.scan_page(prefix, cursor, limit).await?;
             let summaries = futures::future::join_all(ids.iter().map(|t| self.summarise(t))).await;
@@ -70,7 +67,8 @@ impl RedisLog {
 
     /// The ids of one page: whole `SCAN` batches while they fit `limit`, the first that does
     /// not fit cut after its `room` first ids in id order (each batch is sorted; a batch read
-    /// again skips the ids up to the cursor's `after`).
+    /// again skips the ids up to the cursor's `after`). On a cluster, a primary's walk that
+    /// ends goes on with the next primary's, in the same page while it has room.
     async fn scan_page(
         &self,
         prefix: &str,
@@ -79,25 +77,21 @@ impl RedisLog {
     ) -> Result<(Vec<ThreadId>, Option<ListCursor>), LogError> {
         let key_prefix = format!("{}:{{", self.inner.config.prefix);
         let pattern = format!("{}{}*}}:log", glob_escape(&key_prefix), glob_escape(prefix));
+        let primaries = self.primaries().await?;
+        let mut shard = cursor.shard;
         let mut scan = cursor.scan;
         let mut after = cursor.after.clone();
         let mut out: Vec<ThreadId> = Vec::new();
         for _ in 0..SCAN_CALLS {
-            let (next_scan, keys) = retry_dropped(|| {
-                let mut conn = self.inner.conn.clone();
-                let cmd = redis::cmd("SCAN")
-                    .arg(scan)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .arg("TYPE")
-                    .arg("stream")
-                    .clone();
-                async move { cmd.query_async::<(u64, Vec<Vec<u8>>)>(&mut conn).await }
-            })
-            .await
-            .map_err(unavailable)?;
+            let node = match &primaries {
+                None => None,
+                Some(nodes) => match nodes.get(shard as usize) {
+                    Some(node) => Some(node),
+                    // A cursor past the last primary (the cluster shrank): the walk is over.
+                    None => return Ok((out, None)),
+                },
+            };
+            let (next_scan, keys) = self.scan_once(node, scan, &pattern).await?;
             let mut batch: Vec<ThreadId> = keys
                 .iter()
                 .filter_map(|k| thread_of_key(k, &key_prefix))
@@ -112,19 +106,112 @@ impl RedisLog {
                 batch.truncate(room);
                 let last = batch.last().cloned();
                 out.extend(batch);
-                return Ok((out, Some(ListCursor { scan, after: last })));
+                return Ok((
+                    out,
+                    Some(ListCursor {
+                        shard,
+                        scan,
+                        after: last,
+                    }),
+                ));
             }
             out.extend(batch);
+            after = None;
             if next_scan == 0 {
-                return Ok((out, None));
+                let walked = primaries.as_ref().map_or(1, Vec::len);
+                if shard as usize + 1 >= walked {
+                    return Ok((out, None));
+                }
+                shard += 1;
             }
             scan = next_scan;
-            after = None;
             if out.len() == limit {
                 break;
             }
         }
-        Ok((out, Some(ListCursor { scan, after: None })))
+        Ok((
+            out,
+            Some(ListCursor {
+                shard,
+                scan,
+                after: None,
+            }),
+        ))
+    }
+
+    /// On a Redis Cluster, its primaries ranked by their lowest slot (`CLUSTER SLOTS` through
+    /// the shared connection); `None` on a single Redis.
+    async fn primaries(&self) -> Result<Option<Vec<Addr>>, LogError> {
+        let (Shared::Cluster(conn), Target::Cluster { seeds, .. }) =
+            (&self.inner.conn, &self.inner.target)
+        else {
+            return Ok(None);
+        };
+        let reply = conn
+            .clone()
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await
+            .map_err(unavailable)?;
+        // A node that does not know its own address answers an empty host: the seeds' host.
+        let seed_host = match seeds.first().map(|c| c.get_connection_info().addr()) {
+            Some(ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. }) => {
+                host.clone()
+            }
+            _ => String::new(),
+        };
+        let mut ranges = parse_slots(&reply, &seed_host)
+            .filter(|r| !r.is_empty())
+            .ok_or_else(|| malformed("CLUSTER SLOTS reply"))?;
+        ranges.sort_unstable_by_key(|(first, _, _)| *first);
+        let mut nodes: Vec<Addr> = Vec::new();
+        for (_, _, addr) in ranges {
+            if !nodes.contains(&addr) {
+                nodes.push(addr);
+            }
+        }
+        Ok(Some(nodes))
+    }
+
+    /// One `SCAN` on `node` (a cluster primary), or on the single Redis (`None`).
+    async fn scan_once(
+        &self,
+        node: Option<&Addr>,
+        scan: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<Vec<u8>>), LogError> {
+        let cmd: Cmd = redis::cmd("SCAN")
+            .arg(scan)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .arg("TYPE")
+            .arg("stream")
+            .clone();
+        match (node, &self.inner.conn) {
+            (Some((host, port)), Shared::Cluster(conn)) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let reply = conn
+                    .clone()
+                    .route_command(cmd, routing)
+                    .await
+                    .map_err(unavailable)?;
+                redis::from_redis_value(reply).map_err(|_| malformed("SCAN reply"))
+            }
+            _ => retry_dropped(|| {
+                let mut conn = self.inner.conn.clone();
+                let cmd = cmd.clone();
+                async move { cmd.query_async::<(u64, Vec<Vec<u8>>)>(&mut conn).await }
+            })
+            .await
+            .map_err(unavailable),
+        }
     }
 }
 

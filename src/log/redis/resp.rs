@@ -362,3 +362,45 @@ pub(super) fn parse_outcome_reply(reply: &Value, expected: usize) -> Result<Sett
     }
     Ok(Settled::Appended(ids))
 }
+
+/// A Redis Cluster primary's address, as `CLUSTER SLOTS` gives it.
+pub(super) type Addr = (String, u16);
+
+/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, …], replicas…]…]` as (first slot, last
+/// slot, primary). An empty host (a node that does not know its own address) is `asked_host`,
+/// the host that was asked. `None` for a reply of another shape.
+pub(super) fn parse_slots(reply: &Value, asked_host: &str) -> Option<Vec<(u16, u16, Addr)>> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut out = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return None;
+        };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            return None;
+        };
+        let host = match primary.first()? {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+            Value::SimpleString(s) => s.clone(),
+            _ => return None,
+        };
+        let host = if host.is_empty() || host == "?" {
+            asked_host.to_string()
+        } else {
+            host
+        };
+        let Value::Int(port) = primary.get(1)? else {
+            return None;
+        };
+        out.push((
+            u16::try_from(*first).ok()?,
+            u16::try_from(*last).ok()?,
+            (host, u16::try_from(*port).ok()?),
+        ));
+    }
+    Some(out)
+}

@@ -11,14 +11,11 @@
 //! (and reads the slot map again).
 
 use crate::log::LogError;
-use crate::log::redis::resp::unavailable;
+use crate::log::redis::resp::{Addr, parse_slots, unavailable};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, Pipeline, Script, Value};
 use std::collections::HashMap;
 use std::time::Duration;
-
-/// A primary's address, as `CLUSTER SLOTS` gives it.
-type Addr = (String, u16);
 
 /// Rounds of redirections one call follows before it fails (the slot map keeps moving).
 const REDIRECT_ROUNDS: usize = 4;
@@ -88,7 +85,7 @@ impl ClusterReads {
                     .await
             };
             match tokio::time::timeout(self.op_timeout, ask).await {
-                Ok(Ok(reply)) => match parse_slots(&reply, &client) {
+                Ok(Ok(reply)) => match parse_slots(&reply, &asked_host(&client)) {
                     Some(slots) if !slots.is_empty() => {
                         self.conns
                             .retain(|addr, _| slots.iter().any(|(_, _, a)| a == addr));
@@ -294,47 +291,12 @@ fn redirect_addr(details: &str) -> Option<Addr> {
     Some((host.to_string(), port.parse().ok()?))
 }
 
-/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, …], replicas…]…]`. An empty host (a node
-/// that does not know its own address) is the host `client` reached.
-fn parse_slots(reply: &Value, client: &Client) -> Option<Vec<(u16, u16, Addr)>> {
-    let Value::Array(ranges) = reply else {
-        return None;
-    };
-    let asked_host = match client.get_connection_info().addr() {
+/// The host `client` reaches: what an empty host in `CLUSTER SLOTS` stands for.
+fn asked_host(client: &Client) -> String {
+    match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-        ConnectionAddr::Unix(_) => String::new(),
         _ => String::new(),
-    };
-    let mut out = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            return None;
-        };
-        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
-            return None;
-        };
-        let host = match primary.first()? {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        let host = if host.is_empty() || host == "?" {
-            asked_host.clone()
-        } else {
-            host
-        };
-        let Value::Int(port) = primary.get(1)? else {
-            return None;
-        };
-        out.push((
-            u16::try_from(*first).ok()?,
-            u16::try_from(*last).ok()?,
-            (host, u16::try_from(*port).ok()?),
-        ));
     }
-    Some(out)
 }
 
 #[cfg(test)]
