@@ -22,6 +22,7 @@ mod orphans;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
 use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
+use crate::hub::Hub;
 use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMark};
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -129,6 +130,8 @@ struct Shared {
     tracks_runs: AtomicBool,
     /// The milliseconds of the registry ([`orphans::Clock`]).
     clock: orphans::Clock,
+    /// The node's hub, handed each appended batch's parsed values ([`Ingest::hand_values_to`]).
+    hub: std::sync::OnceLock<Hub>,
 }
 
 /// A thread's fold as this node last saw it.
@@ -155,8 +158,16 @@ impl Ingest {
                 threads: DashMap::new(),
                 tracks_runs: AtomicBool::new(false),
                 clock: orphans::Clock::new(),
+                hub: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Hands the values of every batch appended from now on to `hub` ([`Hub::published`]),
+    /// so that the node's fan-out does not parse its own appends again. Set once (a second
+    /// call is ignored).
+    pub fn hand_values_to(&self, hub: Hub) {
+        let _ = self.shared.hub.set(hub);
     }
 
     /// Appends a schema-valid batch atomically after the order checks. With a `producer`,
@@ -189,6 +200,7 @@ impl Ingest {
         }
         if !self.keeps_fold() && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
+            self.hand_over(thread, &ids, events);
             return Ok(Appended { ids, duplicates: 0 });
         }
         let cached = self.cached(thread);
@@ -202,6 +214,7 @@ impl Ingest {
         };
         for _ in 0..MAX_ATTEMPTS {
             if let Some(appended) = self.try_append(&mut attempt, &mut c).await? {
+                self.hand_over(thread, &appended.ids, &events[appended.duplicates..]);
                 return Ok(appended);
             }
         }
@@ -209,6 +222,13 @@ impl Ingest {
             LogError::Unavailable("the thread kept changing under concurrent appends".into())
                 .into(),
         )
+    }
+
+    /// Hands the appended events' values to the hub, if one was given.
+    fn hand_over(&self, thread: &ThreadId, ids: &[EventId], appended: &[ValidEvent]) {
+        if let Some(hub) = self.shared.hub.get() {
+            hub.published(thread, ids, appended);
+        }
     }
 
     /// The most events one batch may hold, `None` without a limit: twice the retained count

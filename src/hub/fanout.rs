@@ -16,6 +16,7 @@ use crate::queue::Frame;
 use crate::queue::{CloseReason, MergeKey, Pushed, ResetCause};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -140,11 +141,19 @@ impl Hub {
         let Some(th) = self.followed(thread) else {
             return;
         };
-        // Parse outside the lock (once per event per node).
-        let values: Vec<Option<Value>> = entries
-            .iter()
-            .map(|e| serde_json::from_slice(&e.json).ok())
-            .collect();
+        // The values this node parsed at publish (`ahead.rs`); the others parsed outside the
+        // lock (once per event per node).
+        let mut values: Vec<Option<Arc<Value>>> = if self.shared.ahead.load(Ordering::Relaxed) > 0 {
+            let mut st = th.state.lock();
+            entries.iter().map(|e| st.ahead.take(e)).collect()
+        } else {
+            vec![None; entries.len()]
+        };
+        for (v, e) in values.iter_mut().zip(entries) {
+            if v.is_none() {
+                *v = serde_json::from_slice(&e.json).ok().map(Arc::new);
+            }
+        }
         let born = Instant::now();
         let mut st = th.state.lock();
         let cursor = st.cursor;

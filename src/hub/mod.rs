@@ -17,7 +17,9 @@
 //! - `encoded.rs`: the prelude and the bridge snapshots at the cursor, encoded once and
 //!   shared by every connection that needs them;
 //! - `backfill.rs`: the resume read of `(after, c]` from the log into a connection's queue;
-//! - `snapshot.rs`: the thread's fold as JSON (`GET /v1/threads/{threadId}/snapshot`).
+//! - `snapshot.rs`: the thread's fold as JSON (`GET /v1/threads/{threadId}/snapshot`);
+//! - `ahead.rs`: the values this node parsed at publish, handed to the fan-out so that it does
+//!   not parse its own appends again.
 //!
 //! # Lock order
 //!
@@ -43,6 +45,7 @@
 //! with no queue lock held; the bridge then takes 2, then 3, like everyone else. The queue
 //! only knows the trait, so the module dependency stays one way (`hub` → `queue`).
 
+mod ahead;
 mod backfill;
 mod bridge;
 mod encoded;
@@ -54,16 +57,16 @@ mod tests;
 
 pub use subscribe::{Outcome, Start, Subscription, SubscriptionGuard};
 
-use crate::event::ThreadId;
 use crate::event::order::OrderChecker;
+use crate::event::{ThreadId, ValidEvent};
 use crate::fold::ThreadFold;
-use crate::log::{EventLog, LogHead, StreamPos, Tail};
+use crate::log::{EventId, EventLog, LogHead, StreamPos, Tail};
 use crate::queue::{CloseReason, ConnQueue, QueueLimits};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use rand::seq::SliceRandom;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -88,6 +91,8 @@ struct Shared {
     /// Set when [`Hub::drain_streams`] starts: a subscriber registered after it took its list
     /// is closed at once (see `subscribe`).
     draining: AtomicBool,
+    /// Values kept ahead of the fan-out over all threads (`ahead.rs`).
+    ahead: Arc<AtomicUsize>,
 }
 
 /// One followed thread.
@@ -115,6 +120,8 @@ struct ThreadState {
     removed: bool,
     /// The prelude and bridge snapshots of the fold at `cursor`, encoded once (`encoded.rs`).
     encoded: encoded::Encoded,
+    /// Values this node parsed at publish, for entries after `cursor` (`ahead.rs`).
+    ahead: ahead::Ahead,
 }
 
 impl Hub {
@@ -132,6 +139,7 @@ impl Hub {
                 next_key: AtomicU64::new(1),
                 draining: AtomicBool::new(false),
                 shutdown: shutdown.clone(),
+                ahead: Arc::new(AtomicUsize::new(0)),
             }),
         };
         tokio::spawn(hub.clone().dispatch(rx, shutdown));
@@ -170,6 +178,27 @@ impl Hub {
         }
     }
 
+    /// This node appended `events` to `thread`'s log with `ids` (in order, one each): when the
+    /// thread is followed here, their parsed values wait for the fan-out, which then does not
+    /// parse them again (`ahead.rs`). Called by the publish path after the append; costs a
+    /// map lookup for a thread nobody follows here.
+    pub fn published(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]) {
+        let Some(th) = self.followed(thread) else {
+            return;
+        };
+        let mut st = th.state.lock();
+        let Some(head) = st.head.filter(|_| !st.removed) else {
+            return;
+        };
+        let after = EventId {
+            epoch: head.epoch,
+            pos: st.cursor,
+        };
+        for (id, e) in ids.iter().zip(events) {
+            st.ahead.keep(after, *id, &e.json, &e.parsed);
+        }
+    }
+
     /// The followed thread's hub, created (not yet started) when the thread is not followed.
     fn thread_hub(&self, thread: &ThreadId) -> Arc<ThreadHub> {
         if let Some(th) = self.shared.threads.get(thread) {
@@ -189,6 +218,7 @@ impl Hub {
                         subscribers: Vec::new(),
                         removed: false,
                         encoded: Default::default(),
+                        ahead: ahead::Ahead::new(self.shared.ahead.clone()),
                     }),
                     first_entries: Notify::new(),
                 })

@@ -1,0 +1,206 @@
+//! The values this node parsed at publish, kept for the fan-out so that it does not parse the
+//! same events again when the log's tail brings them back (issue 16: the hub's re-parse was
+//! 7.7 % of a token delta's instructions, as much as the publish's own parse).
+//!
+//! The publish path ([`Hub::published`](super::Hub::published), called by `ingest` after an
+//! append) leaves `(id, json, value)` here for a followed thread; the fan-out takes the value of
+//! an entry whose id **and** JSON bytes are those left, and parses the rest as before. The
+//! JSON check makes a hand-over exact whatever raced (a failover that reused an id, a rebuilt
+//! fold): a value is used only for the very bytes it was parsed from. A value the tail never
+//! brings back (the fan-out moved past it, a discontinuity) is dropped at the next hand-over
+//! or take; each thread keeps at most [`PER_THREAD`], the node at most [`PER_NODE`], so a tail
+//! that stops (a Redis outage) while publishes go on cannot grow memory.
+
+use crate::log::{EventId, LogEntry};
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Values one thread keeps at most (the oldest dropped first): a tail keeping up brings an
+/// append back within milliseconds, a few batches.
+pub(super) const PER_THREAD: usize = 256;
+
+/// Values the node keeps at most over all threads (~ a few KiB each with their JSON).
+pub(super) const PER_NODE: usize = 16_384;
+
+/// One thread's values ahead of its fan-out, in id order.
+pub(super) struct Ahead {
+    entries: VecDeque<(EventId, Bytes, Arc<Value>)>,
+    /// The node's count, shared by every thread's [`Ahead`].
+    node: Arc<AtomicUsize>,
+}
+
+impl Ahead {
+    /// An empty buffer counted in `node`.
+    pub(super) fn new(node: Arc<AtomicUsize>) -> Self {
+        Ahead {
+            entries: VecDeque::new(),
+            node,
+        }
+    }
+
+    /// Keeps `value` (parsed from `json`) for entry `id`, unless the node holds
+    /// [`PER_NODE`] values already; `after` is the fan-out's position: values of another
+    /// epoch, or at or before it, are dropped rather than kept.
+    pub(super) fn keep(&mut self, after: EventId, id: EventId, json: &Bytes, value: &Arc<Value>) {
+        self.drop_through(after);
+        if id.epoch != after.epoch
+            || id.pos <= after.pos
+            || self.node.load(Ordering::Relaxed) >= PER_NODE
+        {
+            return;
+        }
+        if self.entries.len() >= PER_THREAD {
+            self.entries.pop_front();
+            self.node.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Publishes of one thread are appended one after the other, so this is nearly always
+        // the end.
+        let at = self.entries.partition_point(|(e, _, _)| e.pos < id.pos);
+        if self.entries.get(at).is_some_and(|(e, _, _)| *e == id) {
+            return;
+        }
+        self.entries.insert(at, (id, json.clone(), value.clone()));
+        self.node.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The value kept for `entry`, if its JSON is the one the value was parsed from; drops
+    /// every value kept for an id at or before the entry's, or of another epoch.
+    pub(super) fn take(&mut self, entry: &LogEntry) -> Option<Arc<Value>> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let mut found = None;
+        while let Some((id, _, _)) = self.entries.front() {
+            if id.epoch == entry.id.epoch && id.pos > entry.id.pos {
+                break;
+            }
+            let (id, json, value) = self.entries.pop_front()?;
+            self.node.fetch_sub(1, Ordering::Relaxed);
+            if id == entry.id && json == entry.json {
+                found = Some(value);
+            }
+        }
+        found
+    }
+
+    /// Drops the values kept for ids of another epoch than `id`'s or at or before it.
+    fn drop_through(&mut self, id: EventId) {
+        let before = self.entries.len();
+        self.entries
+            .retain(|(e, _, _)| e.epoch == id.epoch && e.pos > id.pos);
+        self.node
+            .fetch_sub(before - self.entries.len(), Ordering::Relaxed);
+    }
+
+    /// Values kept now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        self.node.fetch_sub(self.entries.len(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventType;
+    use crate::log::{Epoch, StreamPos};
+
+    fn id(epoch: u64, seq: u64) -> EventId {
+        EventId {
+            epoch: Epoch(u32::try_from(epoch).unwrap()),
+            pos: StreamPos::new(1, seq),
+        }
+    }
+
+    fn entry(id: EventId, json: &'static str) -> LogEntry {
+        LogEntry {
+            id,
+            event_type: EventType::Custom,
+            json: Bytes::from_static(json.as_bytes()),
+        }
+    }
+
+    fn value(json: &str) -> Arc<Value> {
+        Arc::new(serde_json::from_str(json).unwrap())
+    }
+
+    #[test]
+    fn a_value_is_handed_over_only_for_its_own_bytes() {
+        let node = Arc::new(AtomicUsize::new(0));
+        let mut ahead = Ahead::new(node.clone());
+        let (a, b) = (r#"{"n":1}"#, r#"{"n":2}"#);
+        ahead.keep(
+            id(1, 0),
+            id(1, 1),
+            &Bytes::from_static(a.as_bytes()),
+            &value(a),
+        );
+        ahead.keep(
+            id(1, 0),
+            id(1, 2),
+            &Bytes::from_static(b.as_bytes()),
+            &value(b),
+        );
+        assert_eq!(node.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            *ahead.take(&entry(id(1, 1), a)).unwrap(),
+            value(a).as_ref().clone()
+        );
+        // Same id, other bytes (a failover reused it): parsed again, and dropped.
+        assert!(ahead.take(&entry(id(1, 2), r#"{"n":3}"#)).is_none());
+        assert_eq!(ahead.len(), 0);
+        assert_eq!(node.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn stale_values_are_dropped_and_the_node_bound_holds() {
+        let node = Arc::new(AtomicUsize::new(0));
+        let mut ahead = Ahead::new(node.clone());
+        let j = r#"{"n":1}"#;
+        let bytes = Bytes::from_static(j.as_bytes());
+        // At or before the fan-out's position: not kept.
+        ahead.keep(id(1, 5), id(1, 5), &bytes, &value(j));
+        assert_eq!(ahead.len(), 0);
+        for seq in 6..6 + PER_THREAD as u64 + 10 {
+            ahead.keep(id(1, 5), id(1, seq), &bytes, &value(j));
+        }
+        assert_eq!(ahead.len(), PER_THREAD);
+        // The fan-out moved past some: they go at the next keep.
+        ahead.keep(id(1, 100), id(1, 1000), &bytes, &value(j));
+        assert_eq!(ahead.entries.front().unwrap().0, id(1, 101));
+        // A take past everything empties it.
+        assert!(ahead.take(&entry(id(1, 5000), j)).is_none());
+        assert_eq!(node.load(Ordering::Relaxed), 0);
+        // The node's bound.
+        node.store(PER_NODE, Ordering::Relaxed);
+        ahead.keep(id(1, 5000), id(1, 5001), &bytes, &value(j));
+        assert_eq!(ahead.len(), 0);
+        node.store(0, Ordering::Relaxed);
+        ahead.keep(id(1, 5000), id(1, 5001), &bytes, &value(j));
+        drop(ahead);
+        assert_eq!(node.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn values_of_another_epoch_are_neither_kept_nor_handed_over() {
+        let node = Arc::new(AtomicUsize::new(0));
+        let mut ahead = Ahead::new(node.clone());
+        let j = r#"{"n":1}"#;
+        let bytes = Bytes::from_static(j.as_bytes());
+        ahead.keep(id(1, 0), id(2, 1), &bytes, &value(j));
+        assert_eq!(ahead.len(), 0);
+        ahead.keep(id(1, 0), id(1, 1), &bytes, &value(j));
+        assert!(ahead.take(&entry(id(2, 1), j)).is_none());
+        assert_eq!(ahead.len(), 0);
+        assert_eq!(node.load(Ordering::Relaxed), 0);
+    }
+}
