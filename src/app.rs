@@ -134,7 +134,7 @@ pub fn state(
         config.strict_order,
         config.retention.max_events,
     );
-    ingest.hand_values_to(hub.clone());
+    ingest.hand_values_to(Arc::new(hub.clone()));
     let gateway = crate::gateway::Gateway::new(&config, ingest.clone(), log.clone())
         .map_err(anyhow::Error::msg)?;
     // Stopped with the hub: a sweep may still close a run while streams drain.

@@ -22,8 +22,7 @@ mod orphans;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
 use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
-use crate::hub::Hub;
-use crate::log::{AppendExtras, EventId, EventLog, LogError, LogHead, ProducerMark};
+use crate::log::{AppendExtras, EventId, EventLog, LocalAppends, LogError, LogHead, ProducerMark};
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::Value;
@@ -130,8 +129,8 @@ struct Shared {
     tracks_runs: AtomicBool,
     /// The milliseconds of the registry ([`orphans::Clock`]).
     clock: orphans::Clock,
-    /// The node's hub, handed each appended batch's parsed values ([`Ingest::hand_values_to`]).
-    hub: std::sync::OnceLock<Hub>,
+    /// Told of each appended batch with its parsed values ([`Ingest::hand_values_to`]).
+    hub: std::sync::OnceLock<Arc<dyn LocalAppends>>,
 }
 
 /// A thread's fold as this node last saw it.
@@ -163,10 +162,10 @@ impl Ingest {
         }
     }
 
-    /// Hands the values of every batch appended from now on to `hub` ([`Hub::published`]),
-    /// so that the node's fan-out does not parse its own appends again. Set once (a second
-    /// call is ignored).
-    pub fn hand_values_to(&self, hub: Hub) {
+    /// Hands the values of every batch appended from now on to `hub` (the node's hub, see
+    /// [`LocalAppends`]), so that its fan-out does not parse this node's appends again. Set
+    /// once (a second call is ignored).
+    pub fn hand_values_to(&self, hub: Arc<dyn LocalAppends>) {
         let _ = self.shared.hub.set(hub);
     }
 
@@ -227,7 +226,7 @@ impl Ingest {
     /// Hands the appended events' values to the hub, if one was given.
     fn hand_over(&self, thread: &ThreadId, ids: &[EventId], appended: &[ValidEvent]) {
         if let Some(hub) = self.shared.hub.get() {
-            hub.published(thread, ids, appended);
+            hub.appended(thread, ids, appended);
         }
     }
 

@@ -2,8 +2,8 @@
 //! same events again when the log's tail brings them back (issue 16: the hub's re-parse was
 //! 7.7 % of a token delta's instructions, as much as the publish's own parse).
 //!
-//! The publish path ([`Hub::published`](super::Hub::published), called by `ingest` after an
-//! append) leaves `(id, json, value)` here for a followed thread; the fan-out takes the value of
+//! The publish path (the hub's [`LocalAppends`](crate::log::LocalAppends), called by `ingest`
+//! after an append) leaves `(id, json, value)` here for a followed thread; the fan-out takes the value of
 //! an entry whose id **and** JSON bytes are those left, and parses the rest as before. The
 //! JSON check makes a hand-over exact whatever raced (a failover that reused an id, a rebuilt
 //! fold): a value is used only for the very bytes it was parsed from. A value the tail never

@@ -60,7 +60,7 @@ pub use subscribe::{Outcome, Start, Subscription, SubscriptionGuard};
 use crate::event::order::OrderChecker;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::ThreadFold;
-use crate::log::{EventId, EventLog, LogHead, StreamPos, Tail};
+use crate::log::{EventId, EventLog, LocalAppends, LogHead, StreamPos, Tail};
 use crate::queue::{CloseReason, ConnQueue, QueueLimits};
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -178,27 +178,6 @@ impl Hub {
         }
     }
 
-    /// This node appended `events` to `thread`'s log with `ids` (in order, one each): when the
-    /// thread is followed here, their parsed values wait for the fan-out, which then does not
-    /// parse them again (`ahead.rs`). Called by the publish path after the append; costs a
-    /// map lookup for a thread nobody follows here.
-    pub fn published(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]) {
-        let Some(th) = self.followed(thread) else {
-            return;
-        };
-        let mut st = th.state.lock();
-        let Some(head) = st.head.filter(|_| !st.removed) else {
-            return;
-        };
-        let after = EventId {
-            epoch: head.epoch,
-            pos: st.cursor,
-        };
-        for (id, e) in ids.iter().zip(events) {
-            st.ahead.keep(after, *id, &e.json, &e.parsed);
-        }
-    }
-
     /// The followed thread's hub, created (not yet started) when the thread is not followed.
     fn thread_hub(&self, thread: &ThreadId) -> Arc<ThreadHub> {
         if let Some(th) = self.shared.threads.get(thread) {
@@ -229,5 +208,27 @@ impl Hub {
     /// The followed thread's hub, if the thread is followed here.
     fn followed(&self, thread: &ThreadId) -> Option<Arc<ThreadHub>> {
         self.shared.threads.get(thread).map(|t| t.clone())
+    }
+}
+
+/// The publish path's hand-over (`ahead.rs`): when the thread is followed here, the values wait
+/// for the fan-out, which then does not parse them again; a map lookup for a thread nobody
+/// follows here.
+impl LocalAppends for Hub {
+    fn appended(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]) {
+        let Some(th) = self.followed(thread) else {
+            return;
+        };
+        let mut st = th.state.lock();
+        let Some(head) = st.head.filter(|_| !st.removed) else {
+            return;
+        };
+        let after = EventId {
+            epoch: head.epoch,
+            pos: st.cursor,
+        };
+        for (id, e) in ids.iter().zip(events) {
+            st.ahead.keep(after, *id, &e.json, &e.parsed);
+        }
     }
 }

@@ -351,6 +351,15 @@ pub enum TailItem {
     },
 }
 
+/// Told of every batch this node appended, with the values validation parsed: the hub keeps
+/// them so that its fan-out does not parse the same events again when the [`Tail`] brings them
+/// back (`hub/ahead.rs`). The publish path (`ingest`) calls it after each successful append;
+/// it must not block.
+pub trait LocalAppends: Send + Sync + 'static {
+    /// `events` were appended to `thread` with `ids` (in order, one each).
+    fn appended(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]);
+}
+
 /// The node-wide follower of thread logs. Cheap to call from any task; never blocks.
 pub trait Tail: Send + Sync + 'static {
     /// Starts following `thread` strictly after `after` in `epoch`; replaces any earlier follow.

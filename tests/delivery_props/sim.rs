@@ -59,7 +59,7 @@ pub(crate) async fn simulate(case: &Case) -> Result<Stats, String> {
     let stop = CancellationToken::new();
     let hub = Hub::start(dyn_log.clone(), limits, stop.clone());
     // As the server does: the fan-out takes this node's parsed values (`hub/ahead.rs`).
-    ingest.hand_values_to(hub.clone());
+    ingest.hand_values_to(Arc::new(hub.clone()));
 
     let mut stats = Stats::default();
     let mut truth = Truth::new();
