@@ -5,10 +5,12 @@
 //! structs: the broker must never drop or rewrite a producer's field (PROTOCOL §2), and only a few
 //! fields (`type`, ids, deltas) are ever read downstream.
 
+mod fields;
 pub mod order;
 mod types;
 pub mod validate;
 
+pub use fields::Fields;
 pub use types::EventType;
 pub use validate::{
     ValidationError, json_type, validate_event, validate_run_input, validate_value,

@@ -24,6 +24,7 @@
 mod schema;
 
 use super::{EventType, ThreadId, ValidEvent};
+use crate::event::Fields;
 use bytes::Bytes;
 use schema::{Field, Kind, MAX_SAFE_INTEGER, Presence, Union};
 use serde_json::{Map, Value};
@@ -188,7 +189,7 @@ const REMOVED_TYPES: &[&str] = &[
 fn check_type(event: &Map<String, Value>) -> Result<EventType, ValidationError> {
     let at = Path::Root;
     let at = at.key("type");
-    let name = match event.get("type") {
+    let name = match event.field("type") {
         None => return Err(ValidationError::at(&at, "is required")),
         Some(Value::String(name)) => name,
         Some(_) => return Err(ValidationError::at(&at, "must be a string")),
@@ -224,15 +225,15 @@ fn check_thread(
     if !matches!(event_type, EventType::RunStarted | EventType::RunFinished) {
         // Not in the schema of other types, but an event naming another thread is still
         // refused (PROTOCOL §2); a non-string `threadId` is just an unknown field.
-        if let Some(Value::String(_)) = event.get("threadId") {
-            same_thread(event.get("threadId"), &root.key("threadId"), thread)?;
+        if let Some(Value::String(_)) = event.field("threadId") {
+            same_thread(event.field("threadId"), &root.key("threadId"), thread)?;
         }
         return Ok(());
     }
-    same_thread(event.get("threadId"), &root.key("threadId"), thread)?;
-    if let Some(Value::Object(input)) = event.get("input") {
+    same_thread(event.field("threadId"), &root.key("threadId"), thread)?;
+    if let Some(Value::Object(input)) = event.field("input") {
         let input_at = root.key("input");
-        same_thread(input.get("threadId"), &input_at.key("threadId"), thread)?;
+        same_thread(input.field("threadId"), &input_at.key("threadId"), thread)?;
     }
     Ok(())
 }
@@ -286,7 +287,7 @@ fn check_field(
     at: &Path<'_>,
 ) -> Result<(), ValidationError> {
     let here = at.key(field.name);
-    match (object.get(field.name), field.presence) {
+    match (object.field(field.name), field.presence) {
         (None, Presence::Required) => Err(ValidationError::at(&here, "is required")),
         (None, Presence::Optional) => Ok(()),
         (Some(Value::Null), Presence::Optional) => {
@@ -356,7 +357,7 @@ fn check_kind(value: &Value, kind: &Kind, at: &Path<'_>) -> Result<(), Validatio
 fn check_union(value: &Value, union: &Union, at: &Path<'_>) -> Result<(), ValidationError> {
     let object = as_object(value, at)?;
     let tag_at = at.key(union.tag);
-    let variant = match object.get(union.tag) {
+    let variant = match object.field(union.tag) {
         None => return Err(ValidationError::at(&tag_at, "is required")),
         Some(Value::String(tag)) => union.variant(tag),
         Some(_) if union.open => return Err(ValidationError::at(&tag_at, "must be a string")),

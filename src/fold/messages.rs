@@ -5,6 +5,7 @@
 //! Those are linear scans per `TEXT_MESSAGE_CONTENT` / `TOOL_CALL_ARGS`; here two indexes give
 //! the same first match in O(1), are extended on append and rebuilt after any other change.
 
+use crate::event::Fields;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -107,7 +108,7 @@ fn index_message(
     index: usize,
     message: &Value,
 ) {
-    if let Some(id) = message.get("id").and_then(Value::as_str) {
+    if let Some(id) = message.field("id").and_then(Value::as_str) {
         by_id.entry(id.to_owned()).or_insert(index);
     }
     for id in tool_call_ids(message) {
@@ -118,11 +119,11 @@ fn index_message(
 /// The ids of a message's `toolCalls` (none when absent or not an array).
 pub(super) fn tool_call_ids(message: &Value) -> impl Iterator<Item = &str> {
     message
-        .get("toolCalls")
+        .field("toolCalls")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|tc| tc.get("id").and_then(Value::as_str))
+        .filter_map(|tc| tc.field("id").and_then(Value::as_str))
 }
 
 /// The tool call with this id in a message's `toolCalls` (`toolCalls.find`).
@@ -135,14 +136,14 @@ pub(super) fn find_tool_call<'m>(
         .as_array_mut()?
         .iter_mut()
         .filter_map(Value::as_object_mut)
-        .find(|tc| tc.get("id").and_then(Value::as_str) == Some(tool_call_id))
+        .find(|tc| tc.field("id").and_then(Value::as_str) == Some(tool_call_id))
 }
 
 /// `applyEventMetadata(target, event)`: folds the event's `metadata` into the target's, per
 /// key, last write wins, no recursion (`mergeMetadata` in `@ag-ui/core` 1.0.0; AGUI.md §1.2).
 /// New keys go last, existing keys keep their place. Returns whether the event had metadata.
 pub(super) fn merge_metadata(target: &mut Map<String, Value>, event: &Value) -> bool {
-    let incoming = match event.get("metadata") {
+    let incoming = match event.field("metadata") {
         None => return false,
         Some(Value::Object(incoming)) => Some(incoming),
         // `{...null}` is `{}`: the target ends up with (at least) an empty metadata object.

@@ -44,6 +44,7 @@ pub use run::{Run, RunStatus};
 pub use thread::{Rejection, ThreadFold};
 
 use crate::event::EventType;
+use crate::event::Fields;
 use messages::Messages;
 use serde_json::{Map, Value, json};
 
@@ -146,7 +147,7 @@ impl Fold {
     /// nothing. Streamed text and arguments are appended in place (no copy of the message).
     pub fn apply(&mut self, event: &Value) -> Applied {
         let Some(kind) = event
-            .get("type")
+            .field("type")
             .and_then(Value::as_str)
             .and_then(EventType::parse)
         else {
@@ -195,7 +196,7 @@ impl Fold {
 
     /// `STATE_SNAPSHOT`: replaces the state wholesale with any JSON value (no merge).
     fn state_snapshot(&mut self, event: &Value) -> Applied {
-        let Some(snapshot) = event.get("snapshot") else {
+        let Some(snapshot) = event.field("snapshot") else {
             return Applied::Skipped("STATE_SNAPSHOT without snapshot");
         };
         self.state = snapshot.clone();
@@ -234,7 +235,7 @@ impl Fold {
 /// The first operation that does not apply (RFC 6902 §5: the whole patch fails, `state` is
 /// unchanged).
 pub(crate) fn apply_state_delta(state: &mut Value, event: &Value) -> Result<(), PatchError> {
-    patch_ops(event.get("delta")).and_then(|ops| patch::apply_atomic(state, ops))
+    patch_ops(event.field("delta")).and_then(|ops| patch::apply_atomic(state, ops))
 }
 
 /// [`apply_state_delta`] for a publish: also refuses an operation whose `path` or `from` JSON
@@ -246,7 +247,7 @@ pub(crate) fn apply_state_delta_portable(
     state: &mut Value,
     event: &Value,
 ) -> Result<(), DeltaRefusal> {
-    let ops = patch_ops(event.get("delta"))?;
+    let ops = patch_ops(event.field("delta"))?;
     patch::apply_atomic_portable(state, ops)
 }
 
@@ -259,7 +260,7 @@ pub(crate) fn apply_state_delta_portable_in_place(
     state: &mut Value,
     event: &Value,
 ) -> Result<(), DeltaRefusal> {
-    let ops = patch_ops(event.get("delta"))?;
+    let ops = patch_ops(event.field("delta"))?;
     patch::apply_portable_in_place(state, ops)
 }
 
@@ -279,7 +280,7 @@ fn patch_ops(delta: Option<&Value>) -> Result<Vec<(usize, &Value)>, PatchError> 
         .filter(|(_, op)| {
             !op.is_object()
                 || matches!(
-                    op.get("op").and_then(Value::as_str),
+                    op.field("op").and_then(Value::as_str),
                     Some("add" | "remove" | "replace" | "move" | "copy" | "test")
                 )
         })
@@ -290,7 +291,7 @@ fn patch_ops(delta: Option<&Value>) -> Result<Vec<(usize, &Value)>, PatchError> 
 fn snapshot_message(m: &Value) -> Value {
     let mut m = m.clone();
     if let Value::Object(map) = &mut m
-        && map.get("subagentRunId").is_some_and(Value::is_null)
+        && map.field("subagentRunId").is_some_and(Value::is_null)
     {
         map.shift_remove("subagentRunId");
     }
@@ -299,17 +300,17 @@ fn snapshot_message(m: &Value) -> Value {
 
 /// Copies a non-null `subagentRunId` from the event onto a message it mints.
 fn copy_subagent_run_id(message: &mut Map<String, Value>, event: &Value) {
-    if let Some(s) = event.get("subagentRunId").filter(|s| !s.is_null()) {
+    if let Some(s) = event.field("subagentRunId").filter(|s| !s.is_null()) {
         message.insert("subagentRunId".into(), s.clone());
     }
 }
 
 fn str_field<'e>(event: &'e Value, key: &str) -> Option<&'e str> {
-    event.get(key).and_then(Value::as_str)
+    event.field(key).and_then(Value::as_str)
 }
 
 fn role_of(message: &Map<String, Value>) -> Option<&str> {
-    message.get("role").and_then(Value::as_str)
+    message.field("role").and_then(Value::as_str)
 }
 
 #[cfg(test)]

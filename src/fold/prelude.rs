@@ -26,6 +26,7 @@
 //! is where the hub puts the reset's gap event.
 
 use super::ThreadFold;
+use crate::event::Fields;
 use crate::event::order::{OpenConstructs, OpenItem, OpenKind, OrderChecker, RunLifecycle};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -157,7 +158,7 @@ pub fn bridge_parts(client: &OrderChecker, truth: &ThreadFold) -> Vec<Part> {
         close_lanes(client, truth, &mut out);
         close_items(client, |_| true, &mut out);
         let run_id = c_run
-            .and_then(|r| r.get("runId"))
+            .and_then(|r| r.field("runId"))
             .and_then(Value::as_str)
             .unwrap_or("");
         match truth.ended_run(run_id) {
@@ -165,7 +166,7 @@ pub fn bridge_parts(client: &OrderChecker, truth: &ThreadFold) -> Vec<Part> {
             None => {
                 // Too old to be remembered: a terminal event carrying the run's own ids.
                 let thread_id = c_run
-                    .and_then(|r| r.get("threadId"))
+                    .and_then(|r| r.field("threadId"))
                     .cloned()
                     .unwrap_or(Value::Null);
                 out.push(Part::Event(
@@ -275,7 +276,7 @@ pub fn mark_prelude(run_started: &mut Value) {
 
 /// Whether an event is a prelude's marked `RUN_STARTED`.
 pub fn is_prelude_start(event: &Value) -> bool {
-    event.get("type").and_then(Value::as_str) == Some("RUN_STARTED")
+    event.field("type").and_then(Value::as_str) == Some("RUN_STARTED")
         && event
             .pointer(&format!("/metadata/{PRELUDE_METADATA_KEY}/prelude"))
             .and_then(Value::as_bool)
@@ -300,7 +301,7 @@ fn messages_snapshots(truth: &ThreadFold) -> Vec<Value> {
         let has = |role: &str| {
             messages
                 .iter()
-                .any(|m| m.get("role").and_then(Value::as_str) == Some(role))
+                .any(|m| m.field("role").and_then(Value::as_str) == Some(role))
         };
         let mut clear = Vec::new();
         if has("reasoning") {

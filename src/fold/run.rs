@@ -2,6 +2,7 @@
 //! and `RUN_ERROR` change it.
 
 use super::{Applied, Fold, snapshot_message};
+use crate::event::Fields;
 use serde_json::{Map, Value};
 
 /// The current run of a thread: its `RUN_STARTED` and how it stands.
@@ -34,12 +35,12 @@ pub enum RunStatus {
 impl Run {
     /// The run's `threadId` (from its `RUN_STARTED`).
     pub fn thread_id(&self) -> Option<&str> {
-        self.started.as_ref()?.get("threadId")?.as_str()
+        self.started.as_ref()?.field("threadId")?.as_str()
     }
 
     /// The run's `runId` (from its `RUN_STARTED`).
     pub fn run_id(&self) -> Option<&str> {
-        self.started.as_ref()?.get("runId")?.as_str()
+        self.started.as_ref()?.field("runId")?.as_str()
     }
 
     /// Whether the run has ended (finished or errored).
@@ -92,12 +93,12 @@ impl Fold {
             status: RunStatus::Running,
         });
         let input = event
-            .get("input")
-            .and_then(|i| i.get("messages"))
+            .field("input")
+            .and_then(|i| i.field("messages"))
             .and_then(Value::as_array);
         for m in input.into_iter().flatten() {
             let present = m
-                .get("id")
+                .field("id")
                 .and_then(Value::as_str)
                 .is_some_and(|id| self.messages.position(id).is_some());
             if !present {

@@ -6,6 +6,7 @@ use super::{
     AmbiguousPath, Applied, DeltaRefusal, Fold, copy_subagent_run_id, patch, patch_ops, role_of,
     snapshot_message, str_field,
 };
+use crate::event::Fields;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 
@@ -24,26 +25,26 @@ impl Fold {
     ///
     /// A `subagentRunId: null` in a snapshot message reads as absent.
     pub(super) fn messages_snapshot(&mut self, event: &Value) -> Applied {
-        let Some(snapshot) = event.get("messages").and_then(Value::as_array) else {
+        let Some(snapshot) = event.field("messages").and_then(Value::as_array) else {
             return Applied::Skipped("MESSAGES_SNAPSHOT without messages");
         };
         let mut by_id: HashMap<&str, usize> = HashMap::with_capacity(snapshot.len());
         for (i, m) in snapshot.iter().enumerate() {
-            if let Some(id) = m.get("id").and_then(Value::as_str) {
+            if let Some(id) = m.field("id").and_then(Value::as_str) {
                 by_id.insert(id, i);
             }
         }
         let has_role = |role: &str| {
             snapshot
                 .iter()
-                .any(|m| m.get("role").and_then(Value::as_str) == Some(role))
+                .any(|m| m.field("role").and_then(Value::as_str) == Some(role))
         };
         let (has_activity, has_reasoning) = (has_role("activity"), has_role("reasoning"));
         let owned = authoritative_activity_types(event);
-        let preserved = |m: &Value| match m.get("role").and_then(Value::as_str) {
+        let preserved = |m: &Value| match m.field("role").and_then(Value::as_str) {
             Some("activity") => match &owned {
                 ActivityAuthority::Types(types) => {
-                    let activity_type = m.get("activityType").and_then(Value::as_str);
+                    let activity_type = m.field("activityType").and_then(Value::as_str);
                     !activity_type.is_some_and(|t| types.contains(&t))
                 }
                 ActivityAuthority::All => false,
@@ -57,7 +58,7 @@ impl Fold {
         let mut out = Vec::with_capacity(local.len().max(snapshot.len()));
         for m in local {
             let from_snapshot = m
-                .get("id")
+                .field("id")
                 .and_then(Value::as_str)
                 .and_then(|id| by_id.get(id).copied());
             match from_snapshot {
@@ -68,11 +69,11 @@ impl Fold {
         }
         let present: HashSet<String> = out
             .iter()
-            .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+            .filter_map(|m| m.field("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
         for m in snapshot {
             let known = m
-                .get("id")
+                .field("id")
                 .and_then(Value::as_str)
                 .is_some_and(|id| present.contains(id));
             if !known {
@@ -92,15 +93,15 @@ impl Fold {
         let Some(id) = str_field(event, "messageId") else {
             return Applied::Skipped("ACTIVITY_SNAPSHOT without messageId");
         };
-        let replace = !matches!(event.get("replace"), Some(Value::Bool(false)));
+        let replace = !matches!(event.field("replace"), Some(Value::Bool(false)));
         let fresh = || {
             let mut m = Map::new();
             m.insert("id".into(), id.into());
             m.insert("role".into(), "activity".into());
-            if let Some(t) = event.get("activityType") {
+            if let Some(t) = event.field("activityType") {
                 m.insert("activityType".into(), t.clone());
             }
-            if let Some(c) = event.get("content") {
+            if let Some(c) = event.field("content") {
                 m.insert("content".into(), c.clone());
             }
             copy_subagent_run_id(&mut m, event);
@@ -122,13 +123,13 @@ impl Fold {
             return Applied::Skipped("message is not an object");
         };
         if replace {
-            if let Some(t) = event.get("activityType") {
+            if let Some(t) = event.field("activityType") {
                 message.insert("activityType".into(), t.clone());
             }
-            if let Some(c) = event.get("content") {
+            if let Some(c) = event.field("content") {
                 message.insert("content".into(), c.clone());
             }
-            match event.get("subagentRunId") {
+            match event.field("subagentRunId") {
                 Some(s) if !s.is_null() => {
                     message.insert("subagentRunId".into(), s.clone());
                 }
@@ -157,13 +158,13 @@ impl Fold {
             .and_then(|id| self.messages.position(id))
             .and_then(|index| self.messages.get(index))
             .filter(|message| role_of(message) == Some("activity"))
-            .map(|message| match message.get("content") {
+            .map(|message| match message.field("content") {
                 Some(c) if !c.is_null() => c.clone(),
                 _ => Value::Object(Map::new()),
             });
         let empty = Value::Array(Vec::new());
         if let Some(mut content) = content
-            && let Ok(ops) = patch_ops(Some(event.get("patch").unwrap_or(&empty)))
+            && let Ok(ops) = patch_ops(Some(event.field("patch").unwrap_or(&empty)))
             && let Err(DeltaRefusal::Ambiguous(ambiguous)) =
                 patch::apply_atomic_portable(&mut content, ops)
         {
@@ -189,9 +190,9 @@ impl Fold {
         }
         merge_metadata(message, event);
         let empty = Value::Array(Vec::new());
-        let ops = patch_ops(Some(event.get("patch").unwrap_or(&empty)));
+        let ops = patch_ops(Some(event.field("patch").unwrap_or(&empty)));
         // Patch the content where it lies: `apply_atomic` leaves it untouched on failure.
-        let had_content = matches!(message.get("content"), Some(c) if !c.is_null());
+        let had_content = matches!(message.field("content"), Some(c) if !c.is_null());
         let mut content = match message.get_mut("content") {
             Some(c) if !c.is_null() => std::mem::take(c),
             _ => Value::Object(Map::new()),
@@ -201,7 +202,7 @@ impl Fold {
             message.insert("content".into(), content);
         }
         if result.is_ok()
-            && let Some(t) = event.get("activityType")
+            && let Some(t) = event.field("activityType")
         {
             message.insert("activityType".into(), t.clone());
         }
@@ -221,13 +222,13 @@ enum ActivityAuthority<'e> {
 }
 
 fn authoritative_activity_types(event: &Value) -> ActivityAuthority<'_> {
-    let Some(value) = event.get("metadata").and_then(|m| m.get("@ag-ui/client")) else {
+    let Some(value) = event.field("metadata").and_then(|m| m.get("@ag-ui/client")) else {
         return ActivityAuthority::Inferred;
     };
     let Some(value) = value.as_object() else {
         return ActivityAuthority::Types(Vec::new());
     };
-    match value.get("authoritativeActivityTypes") {
+    match value.field("authoritativeActivityTypes") {
         None => ActivityAuthority::Inferred,
         Some(Value::Null) => ActivityAuthority::All,
         Some(Value::Array(types)) => {

@@ -3,6 +3,7 @@
 
 use super::messages::{find_tool_call, merge_metadata, tool_call_ids};
 use super::{Applied, Fold, copy_subagent_run_id, role_of, str_field};
+use crate::event::Fields;
 use serde_json::{Map, Value};
 
 impl Fold {
@@ -36,14 +37,14 @@ impl Fold {
         let role = match fixed_role {
             Some(role) => Value::from(role),
             None => event
-                .get("role")
+                .field("role")
                 .cloned()
                 .unwrap_or_else(|| "assistant".into()),
         };
         message.insert("role".into(), role);
         message.insert("content".into(), "".into());
         if fixed_role.is_none()
-            && let Some(name) = event.get("name")
+            && let Some(name) = event.field("name")
         {
             message.insert("name".into(), name.clone());
         }
@@ -114,7 +115,7 @@ impl Fold {
         let Some(tool_call_id) = str_field(event, "toolCallId") else {
             return Applied::Skipped("TOOL_CALL_START without toolCallId");
         };
-        let name = event.get("toolCallName");
+        let name = event.field("toolCallName");
         if let Some(owner) = self.messages.tool_call_owner(tool_call_id) {
             let Some(call) = self
                 .messages
@@ -124,7 +125,7 @@ impl Fold {
                 return Applied::Skipped("tool call index out of date");
             };
             if let (Some(name), Some(Value::Object(function))) = (name, call.get_mut("function"))
-                && function.get("name") != Some(name)
+                && function.field("name") != Some(name)
             {
                 function.insert("name".into(), name.clone());
             }
@@ -232,18 +233,18 @@ impl Fold {
         let Some(id) = str_field(event, "messageId") else {
             return Applied::Skipped("TOOL_CALL_RESULT without messageId");
         };
-        let tool_call_id = event.get("toolCallId");
+        let tool_call_id = event.field("toolCallId");
         let mut message = Map::new();
         message.insert("id".into(), id.into());
         if let Some(tc) = tool_call_id {
             message.insert("toolCallId".into(), tc.clone());
         }
-        let role = match event.get("role") {
+        let role = match event.field("role") {
             Some(Value::String(r)) if !r.is_empty() => Value::from(r.as_str()),
             _ => "tool".into(),
         };
         message.insert("role".into(), role);
-        if let Some(content) = event.get("content") {
+        if let Some(content) = event.field("content") {
             message.insert("content".into(), content.clone());
         }
         copy_subagent_run_id(&mut message, event);
@@ -251,7 +252,7 @@ impl Fold {
 
         let owner = tool_call_id.and_then(Value::as_str).and_then(|tc| {
             self.messages.as_slice().iter().position(|m| {
-                m.get("role").and_then(Value::as_str) == Some("assistant")
+                m.field("role").and_then(Value::as_str) == Some("assistant")
                     && tool_call_ids(m).any(|id| id == tc)
             })
         });
@@ -262,7 +263,7 @@ impl Fold {
                 let mut at = owner + 1;
                 while list
                     .get(at)
-                    .and_then(|m| m.get("role"))
+                    .and_then(|m| m.field("role"))
                     .and_then(Value::as_str)
                     == Some("tool")
                 {
@@ -279,13 +280,13 @@ impl Fold {
     /// id (`"message"`). Its metadata stays on the event.
     pub(super) fn encrypted_value(&mut self, event: &Value) -> Applied {
         let (Some(entity), Some(value)) =
-            (str_field(event, "entityId"), event.get("encryptedValue"))
+            (str_field(event, "entityId"), event.field("encryptedValue"))
         else {
             return Applied::Skipped("REASONING_ENCRYPTED_VALUE without entityId or value");
         };
         if str_field(event, "subtype") == Some("tool-call") {
             let owner = self.messages.as_slice().iter().position(|m| {
-                m.get("role").and_then(Value::as_str) == Some("assistant")
+                m.field("role").and_then(Value::as_str) == Some("assistant")
                     && tool_call_ids(m).any(|id| id == entity)
             });
             if let Some(call) = owner

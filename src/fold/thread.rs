@@ -4,6 +4,7 @@
 //! publishes in the ingest cache.
 
 use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError};
+use crate::event::Fields;
 use crate::event::order::{OrderChecker, OrderViolation};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -160,7 +161,7 @@ impl ThreadFold {
     }
 
     fn note_run_end(&mut self, ev: &Value) {
-        let t = ev.get("type").and_then(Value::as_str);
+        let t = ev.field("type").and_then(Value::as_str);
         if !matches!(t, Some("RUN_FINISHED") | Some("RUN_ERROR")) {
             return;
         }
@@ -196,10 +197,10 @@ impl ThreadFold {
                 .check_expanded(event)
                 .map_err(|violation| Rejection::Order { index, violation })?;
             for ev in &expanded {
-                match ev.get("type").and_then(Value::as_str) {
+                match ev.field("type").and_then(Value::as_str) {
                     // As `Fold::apply`: a snapshot without `snapshot` changes nothing.
                     Some("STATE_SNAPSHOT") => {
-                        if let Some(snapshot) = ev.get("snapshot") {
+                        if let Some(snapshot) = ev.field("snapshot") {
                             state = Some(snapshot.clone());
                         }
                     }
@@ -273,7 +274,7 @@ impl ThreadFold {
                 .check_expanded(event)
                 .map_err(|violation| Rejection::Order { index, violation })?;
             for ev in &expanded {
-                match ev.get("type").and_then(Value::as_str) {
+                match ev.field("type").and_then(Value::as_str) {
                     Some("STATE_DELTA") => next
                         .fold
                         .state_delta_portable(ev)

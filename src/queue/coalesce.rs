@@ -17,6 +17,7 @@
 
 use super::Frame;
 use crate::event::EventType;
+use crate::event::Fields;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -60,7 +61,7 @@ impl MergeKey {
         };
         let id = event.get(id_field).and_then(Value::as_str).unwrap_or("");
         let sub = event
-            .get("subagentRunId")
+            .field("subagentRunId")
             .and_then(Value::as_str)
             .unwrap_or("");
         MergeKey::Delta {
@@ -142,7 +143,7 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
         MergeKey::Delta { .. } => {
             let mut delta = String::new();
             for e in &events {
-                delta.push_str(e.get("delta")?.as_str()?);
+                delta.push_str(e.field("delta")?.as_str()?);
             }
             merged.insert("delta".into(), Value::String(delta));
             merge_metadata(&events, &mut merged);
@@ -155,7 +156,7 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
             if all_clean {
                 let mut ops = Vec::new();
                 for e in &events {
-                    ops.extend(e.get("delta")?.as_array()?.iter().cloned());
+                    ops.extend(e.field("delta")?.as_array()?.iter().cloned());
                 }
                 merged.insert("delta".into(), Value::Array(ops));
                 merge_metadata(&events, &mut merged);
@@ -175,7 +176,7 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
                 };
                 let mut state: Value = (**base).clone();
                 for e in &events[k + 1..] {
-                    state = apply(&state, e.get("delta")?.as_array()?)?;
+                    state = apply(&state, e.field("delta")?.as_array()?)?;
                 }
                 let mut snap = Map::new();
                 snap.insert("type".into(), Value::String("STATE_SNAPSHOT".into()));
@@ -196,7 +197,7 @@ fn merge_run(run: &[Frame], apply: PatchFn) -> Option<Frame> {
 fn merge_metadata(events: &[Map<String, Value>], merged: &mut Map<String, Value>) {
     let mut meta: Option<Map<String, Value>> = None;
     for e in events {
-        if let Some(Value::Object(m)) = e.get("metadata") {
+        if let Some(Value::Object(m)) = e.field("metadata") {
             let acc = meta.get_or_insert_with(Map::new);
             for (k, v) in m {
                 acc.insert(k.clone(), v.clone());
@@ -223,7 +224,7 @@ mod tests {
     }
 
     fn frame(seq: u64, ev: Value, clean: bool, state_after: Option<Value>) -> Frame {
-        let t = EventType::parse(ev["type"].as_str().unwrap()).unwrap();
+        let t = EventType::parse(ev.at("type").as_str().unwrap()).unwrap();
         let id = EventId {
             epoch: Epoch(7),
             pos: StreamPos::new(0, seq),

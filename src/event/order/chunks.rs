@@ -41,6 +41,7 @@
 use super::open::{OpenKind, REASONING_MESSAGE, Streamed, TEXT_MESSAGE, TOOL_CALL};
 use super::rule::{self, OrderViolation};
 use crate::event::EventType;
+use crate::event::Fields;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -262,7 +263,7 @@ impl ChunkExpander {
             return Ok(vec![Cow::Borrowed(event)]);
         };
         let Some(event_type) = obj
-            .get("type")
+            .field("type")
             .and_then(Value::as_str)
             .and_then(EventType::parse)
         else {
@@ -291,7 +292,7 @@ impl ChunkExpander {
             | T::ReasoningMessageStart
             | T::ReasoningMessageContent
             | T::ReasoningMessageEnd
-            | T::ReasoningEnd => match obj.get("subagentRunId") {
+            | T::ReasoningEnd => match obj.field("subagentRunId") {
                 // The client reads `subagentRunId ?? undefined`: null is the parent's lane.
                 None | Some(Value::Null) => out.extend(self.close_lane(None).map(Cow::Owned)),
                 Some(Value::String(owner)) => {
@@ -310,7 +311,7 @@ impl ChunkExpander {
             }
             // A subagent's terminal closes that subagent's lane only.
             T::SubagentFinished | T::SubagentError => {
-                if let Some(Value::String(owner)) = obj.get("subagentRunId") {
+                if let Some(Value::String(owner)) = obj.field("subagentRunId") {
                     out.extend(self.close_lane(Some(owner)).map(Cow::Owned));
                 }
             }
@@ -471,9 +472,9 @@ impl ChunkExpander {
         };
 
         let open = &self.lanes[stream_at];
-        let delta = chunk.get("delta");
-        let raw_event = chunk.get("rawEvent");
-        let metadata = chunk.get("metadata");
+        let delta = chunk.field("delta");
+        let raw_event = chunk.field("rawEvent");
+        let metadata = chunk.field("metadata");
         if delta.is_some() || raw_event.is_some() {
             let mut content = content_base(open, delta.cloned().unwrap_or_else(|| "".into()));
             // Prefer the incoming chunk's own tag over the opener's.
@@ -571,7 +572,7 @@ fn start_event(opened: &OpenLane, chunk: &Map<String, Value>) -> Value {
     if let Some(owner) = &opened.owner {
         start.insert("subagentRunId".into(), owner.as_str().into());
     }
-    if let Some(metadata) = chunk.get("metadata") {
+    if let Some(metadata) = chunk.field("metadata") {
         start.insert("metadata".into(), metadata.clone());
     }
     Value::Object(start)
@@ -594,7 +595,7 @@ fn optional_str<'v>(
     field: &str,
     chunk_type: EventType,
 ) -> Result<Option<&'v str>, OrderViolation> {
-    match chunk.get(field) {
+    match chunk.field(field) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(OrderViolation::new(

@@ -25,6 +25,7 @@ use super::open::{
 };
 use super::rule::{self, OrderViolation};
 use crate::event::EventType;
+use crate::event::Fields;
 use fields::{check_lifecycle_fields, check_seed, message_list};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -91,7 +92,7 @@ pub struct OrderVerifier {
 
 /// The `subagentRunId` tag of an event: absent, or a string; `null` is fatal.
 fn tag_of(obj: &Map<String, Value>, event_type: EventType) -> Result<Option<&str>, OrderViolation> {
-    match obj.get("subagentRunId") {
+    match obj.field("subagentRunId") {
         None => Ok(None),
         Some(Value::String(tag)) => Ok(Some(tag)),
         Some(Value::Null) => Err(OrderViolation::new(
@@ -114,7 +115,7 @@ fn required_str<'v>(
     field: &str,
     event_type: EventType,
 ) -> Result<&'v str, OrderViolation> {
-    obj.get(field).and_then(Value::as_str).ok_or_else(|| {
+    obj.field(field).and_then(Value::as_str).ok_or_else(|| {
         OrderViolation::new(
             rule::MISSING_FIELD,
             format!("Cannot send '{event_type}' without a string '{field}'."),
@@ -174,7 +175,7 @@ impl OrderVerifier {
             return Ok(());
         };
         let Some(event_type) = obj
-            .get("type")
+            .field("type")
             .and_then(Value::as_str)
             .and_then(EventType::parse)
         else {
@@ -214,7 +215,7 @@ impl OrderVerifier {
             T::StepFinished => self.step_finished(obj, tag)?,
             T::ActivitySnapshot => {
                 let id = required_str(obj, "messageId", event_type)?;
-                let replace = obj.get("replace") != Some(&Value::Bool(false));
+                let replace = obj.field("replace") != Some(&Value::Bool(false));
                 if replace || !self.owners.activity.contains_key(id) {
                     Arc::make_mut(&mut self.owners)
                         .activity
@@ -223,7 +224,7 @@ impl OrderVerifier {
             }
             T::ToolCallResult => {
                 // Records the minted tool message's owner; newest wins. No other check.
-                if let Some(id) = obj.get("messageId").and_then(Value::as_str) {
+                if let Some(id) = obj.field("messageId").and_then(Value::as_str) {
                     Arc::make_mut(&mut self.owners)
                         .message
                         .insert(id.into(), tag.map(Arc::from));
@@ -231,7 +232,7 @@ impl OrderVerifier {
             }
             T::ReasoningEncryptedValue => {
                 let id = required_str(obj, "entityId", event_type)?;
-                let (owner, kind) = match obj.get("subtype").and_then(Value::as_str) {
+                let (owner, kind) = match obj.field("subtype").and_then(Value::as_str) {
                     Some("tool-call") => (self.owners.tool_call.get(id), "tool call"),
                     Some("message") => (
                         self.owners
@@ -253,12 +254,12 @@ impl OrderVerifier {
                 self.subagent_terminal(obj, event_type, tag)?;
             }
             T::MessagesSnapshot => {
-                let messages = obj.get("messages");
+                let messages = obj.field("messages");
                 check_seed(messages)?;
                 self.seed_owners(messages, true);
             }
             T::RunStarted => {
-                let messages = obj.get("input").and_then(|input| input.get("messages"));
+                let messages = obj.field("input").and_then(|input| input.field("messages"));
                 check_seed(messages)?;
                 if reset {
                     self.reset_run();
@@ -370,15 +371,15 @@ impl OrderVerifier {
     /// messages (`authoritative`) replace recorded owners; input-echo messages fill gaps.
     fn seed_owners(&mut self, messages: Option<&Value>, authoritative: bool) {
         for message in message_list(messages) {
-            let Some(id) = message.get("id").and_then(Value::as_str) else {
+            let Some(id) = message.field("id").and_then(Value::as_str) else {
                 continue;
             };
             let owner: Owner = message
-                .get("subagentRunId")
+                .field("subagentRunId")
                 .and_then(Value::as_str)
                 .map(Arc::from);
             let owners = Arc::make_mut(&mut self.owners);
-            let bucket = match message.get("role").and_then(Value::as_str) {
+            let bucket = match message.field("role").and_then(Value::as_str) {
                 Some("reasoning") => &mut owners.reasoning,
                 Some("activity") => &mut owners.activity,
                 _ => &mut owners.message,
@@ -386,12 +387,12 @@ impl OrderVerifier {
             if authoritative || !bucket.contains_key(id) {
                 bucket.insert(id.into(), owner.clone());
             }
-            let calls = match message.get("toolCalls") {
+            let calls = match message.field("toolCalls") {
                 Some(Value::Array(calls)) => calls.as_slice(),
                 _ => &[],
             };
             for call in calls {
-                if let Some(call_id) = call.get("id").and_then(Value::as_str)
+                if let Some(call_id) = call.field("id").and_then(Value::as_str)
                     && (authoritative || !owners.tool_call.contains_key(call_id))
                 {
                     owners.tool_call.insert(call_id.into(), owner.clone());
@@ -453,7 +454,7 @@ impl OrderVerifier {
                          carries it.",
                         construct.noun,
                         owner_name(existing.as_deref()),
-                        obj.get("parentMessageId")
+                        obj.field("parentMessageId")
                             .and_then(Value::as_str)
                             .unwrap_or("undefined"),
                         owner_name(inherited.as_deref()),
@@ -482,7 +483,7 @@ impl OrderVerifier {
         obj: &Map<String, Value>,
         tag: Option<&str>,
     ) -> Result<Option<Owner>, OrderViolation> {
-        let Some(parent) = obj.get("parentMessageId").and_then(Value::as_str) else {
+        let Some(parent) = obj.field("parentMessageId").and_then(Value::as_str) else {
             return Ok(None);
         };
         let Some(parent_owner) = self.owners.message.get(parent) else {
@@ -623,7 +624,7 @@ impl OrderVerifier {
                 "Cannot send 'SUBAGENT_STARTED' without a 'subagentRunId'.",
             ));
         };
-        if !obj.get("name").is_some_and(Value::is_string) {
+        if !obj.field("name").is_some_and(Value::is_string) {
             return Err(OrderViolation::new(
                 rule::SUBAGENT_MISSING_NAME,
                 "Cannot send 'SUBAGENT_STARTED' without a 'name'.",
@@ -647,7 +648,7 @@ impl OrderVerifier {
                 ),
             ));
         }
-        if let Some(parent) = obj.get("parentSubagentRunId").and_then(Value::as_str)
+        if let Some(parent) = obj.field("parentSubagentRunId").and_then(Value::as_str)
             && !self.open.set(OpenKind::Subagent).contains(parent, None)
             && !self.closed_subagents.contains(parent)
         {
@@ -677,7 +678,7 @@ impl OrderVerifier {
             ));
         };
         if event_type == EventType::SubagentError
-            && !obj.get("message").is_some_and(Value::is_string)
+            && !obj.field("message").is_some_and(Value::is_string)
         {
             return Err(OrderViolation::new(
                 rule::SUBAGENT_MISSING_MESSAGE,

@@ -40,6 +40,7 @@
 //! keeps the others in place), except that JavaScript also lists integer-like keys first; JSON
 //! object order carries no meaning, so that one is not emulated.
 
+use crate::event::Fields;
 use json_patch::jsonptr::Token;
 use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::Value;
@@ -199,7 +200,7 @@ where
     let mut probe = ops.clone();
     match (probe.next(), probe.next()) {
         (None, _) => Ok(()),
-        (Some((index, op)), None) if op.get("op").and_then(Value::as_str) != Some("move") => {
+        (Some((index, op)), None) if op.field("op").and_then(Value::as_str) != Some("move") => {
             step(doc, index, op)
         }
         _ => {
@@ -273,7 +274,7 @@ fn parse_op(raw: &Value) -> Result<Op<'_>, Fail> {
     let Some(obj) = raw.as_object() else {
         return fail("OPERATION_NOT_AN_OBJECT", "operation is not an object");
     };
-    let kind = match obj.get("op").and_then(Value::as_str) {
+    let kind = match obj.field("op").and_then(Value::as_str) {
         Some("add") => Kind::Add,
         Some("remove") => Kind::Remove,
         Some("replace") => Kind::Replace,
@@ -287,7 +288,7 @@ fn parse_op(raw: &Value) -> Result<Op<'_>, Fail> {
             );
         }
     };
-    let Some(path) = obj.get("path").and_then(Value::as_str) else {
+    let Some(path) = obj.field("path").and_then(Value::as_str) else {
         return fail(
             "OPERATION_PATH_INVALID",
             "operation `path` property is not a string",
@@ -301,7 +302,7 @@ fn parse_op(raw: &Value) -> Result<Op<'_>, Fail> {
     }
     let mut from = "";
     if matches!(kind, Kind::Move | Kind::Copy) {
-        let Some(f) = obj.get("from").and_then(Value::as_str) else {
+        let Some(f) = obj.field("from").and_then(Value::as_str) else {
             return fail(
                 "OPERATION_FROM_REQUIRED",
                 "operation `from` property is not present",
@@ -318,7 +319,7 @@ fn parse_op(raw: &Value) -> Result<Op<'_>, Fail> {
         from = f;
     }
     let value = match kind {
-        Kind::Add | Kind::Replace | Kind::Test => match obj.get("value") {
+        Kind::Add | Kind::Replace | Kind::Test => match obj.field("value") {
             Some(v) => v,
             None => {
                 return fail(

@@ -21,6 +21,7 @@
 
 use super::js::{canonical_index, is_digits, is_object_proto, to_int32};
 use super::walk::Tokens;
+use crate::event::Fields;
 use serde_json::Value;
 
 /// Why a pointer of an operation is refused.
@@ -42,12 +43,12 @@ pub(super) fn check(doc: &Value, raw: &Value) -> Result<(), Unportable> {
     let Some(op) = raw.as_object() else {
         return Ok(());
     };
-    let kind = op.get("op").and_then(Value::as_str).unwrap_or_default();
-    if let Some(path) = op.get("path").and_then(Value::as_str) {
+    let kind = op.field("op").and_then(Value::as_str).unwrap_or_default();
+    if let Some(path) = op.field("path").and_then(Value::as_str) {
         check_pointer(doc, path, "path", matches!(kind, "remove" | "replace"))?;
     }
     if matches!(kind, "move" | "copy")
-        && let Some(from) = op.get("from").and_then(Value::as_str)
+        && let Some(from) = op.field("from").and_then(Value::as_str)
     {
         check_pointer(doc, from, "from", true)?;
     }

@@ -3,6 +3,7 @@
 //! the null check on the messages that seed owners.
 
 use crate::event::EventType;
+use crate::event::Fields;
 use crate::event::order::rule::{self, OrderViolation};
 use serde_json::Map;
 use serde_json::Value;
@@ -23,18 +24,21 @@ pub(super) fn check_lifecycle_fields(
         EventType::SubagentFinished => &["outcome"],
         EventType::SubagentError => &["code"],
         EventType::RunFinished => {
-            let outcome = obj.get("outcome");
-            if outcome.and_then(|o| o.get("type")).and_then(Value::as_str) == Some("interrupt")
-                && let Some(Value::Array(interrupts)) = outcome.and_then(|o| o.get("interrupts"))
+            let outcome = obj.field("outcome");
+            if outcome
+                .and_then(|o| o.field("type"))
+                .and_then(Value::as_str)
+                == Some("interrupt")
+                && let Some(Value::Array(interrupts)) = outcome.and_then(|o| o.field("interrupts"))
             {
                 for interrupt in interrupts {
-                    if interrupt.get("subagentRunId") == Some(&Value::Null) {
+                    if interrupt.field("subagentRunId") == Some(&Value::Null) {
                         return Err(OrderViolation::new(
                             rule::INTERRUPT_SUBAGENT_RUN_ID_NULL,
                             format!(
                                 "Cannot send 'RUN_FINISHED' with an interrupt (id '{}') carrying \
                                  'subagentRunId: null'. The field is optional — omit it entirely.",
-                                js_string(interrupt.get("id")),
+                                js_string(interrupt.field("id")),
                             ),
                         ));
                     }
@@ -45,7 +49,7 @@ pub(super) fn check_lifecycle_fields(
         _ => return Ok(()),
     };
     for field in optionals {
-        if obj.get(*field) == Some(&Value::Null) {
+        if obj.field(field) == Some(&Value::Null) {
             return Err(OrderViolation::new(
                 rule::SUBAGENT_FIELD_NULL,
                 format!(
@@ -59,10 +63,10 @@ pub(super) fn check_lifecycle_fields(
     if event_type != EventType::SubagentFinished {
         return Ok(());
     }
-    let Some(outcome) = obj.get("outcome") else {
+    let Some(outcome) = obj.field("outcome") else {
         return Ok(());
     };
-    let outcome_type = outcome.get("type");
+    let outcome_type = outcome.field("type");
     if !matches!(
         outcome_type.and_then(Value::as_str),
         Some("success" | "suspended")
@@ -76,7 +80,7 @@ pub(super) fn check_lifecycle_fields(
             ),
         ));
     }
-    match outcome.get("interruptIds") {
+    match outcome.field("interruptIds") {
         Some(Value::Null) => Err(OrderViolation::new(
             rule::SUBAGENT_FIELD_NULL,
             format!(
@@ -101,8 +105,8 @@ pub(super) fn check_lifecycle_fields(
 /// event changes nothing.
 pub(super) fn check_seed(messages: Option<&Value>) -> Result<(), OrderViolation> {
     for message in message_list(messages) {
-        if let Some(id) = message.get("id").and_then(Value::as_str)
-            && message.get("subagentRunId") == Some(&Value::Null)
+        if let Some(id) = message.field("id").and_then(Value::as_str)
+            && message.field("subagentRunId") == Some(&Value::Null)
         {
             return Err(OrderViolation::new(
                 rule::MESSAGE_SUBAGENT_RUN_ID_NULL,
