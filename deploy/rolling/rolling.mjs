@@ -387,6 +387,7 @@ async function main() {
     "",
     ...rows.flatMap((r) => r.notes.map((n) => `- ${r.name}: ${n}`)),
     ...rows.flatMap((r) => Object.entries(r.samples).map(([k, v]) => `- ${r.name}: ${k} e.g. seq ${v.join(", ")}`)),
+    ...rows.flatMap((r) => (r.contexts ?? []).map((c) => `- ${r.name}: lost though in the log, ${c}`)),
     ...rows.filter((r) => r.rolledBack > 0).map((r) => `- ${r.name}: ${r.rolledBack} received events the final log does not hold (rolled back by the failover)`),
     ...rows.filter((r) => r.stops > 0).map((r) => `- ${r.name}: stopping answers e.g. ${r.stopSamples.join("; ")}`),
     ...producers.map((p) => `- producer ${p.name}: ${p.acked.size} acknowledged, ${p.unacked.length} given up, answers ${JSON.stringify(p.stats.status)}, ${p.stats.transportErrors} transport errors, ${p.stats.resyncs} resyncs`),

@@ -40,6 +40,20 @@ test("a prelude between the events around a gap makes it lost with a signal", ()
   assert.equal(r.lostInLog, 0, "Redis lost 2 and 3: not the broker's doing");
 });
 
+test("an event skipped though the log holds it is described with the ids around it", () => {
+  const items = [
+    { ...ev(1), id: "7-1-0" },
+    { ...prelude(), id: "7-9-0" },
+    { ...ev(4), id: "7-10-0" },
+  ];
+  const r = check(items, acks(1, 2, 3, 4), log(1, 3, 4));
+  assert.equal(r.lostInLog, 1);
+  assert.deepEqual(r.contexts, [
+    "seq 3 (in the log): received before it 7-1-0, then prelude 7-9-0, next received 7-10-0",
+  ]);
+  assert.deepEqual(sumChecks([r, r]).contexts.length, 2);
+});
+
 test("a signal outside the gap's window does not cover it", () => {
   const r = check([prelude(), ev(1), ev(3), ev(4)], acks(1, 2, 3, 4));
   assert.equal(r.lostSilently, 1);

@@ -28,7 +28,9 @@
  * @param {Map<string, Set<number>>|null} o.inLog producer → numbers the log holds at the end
  *   (null: unknown)
  * @returns {{lostSilently, lostSignalled, lostInLog, duplicated, reordered, neverAcked,
- *   rolledBack, samples}} counts, and a few example numbers per count for the notes
+ *   rolledBack, samples, contexts}} counts, a few example numbers per count for the notes, and
+ *   for a few `lostInLog` numbers what the subscriber received around them (ids and signals:
+ *   whether its prelude was at the log's fork point or further on)
  */
 export function checkSubscriber({ items, producers, acked, inLog }) {
   const out = {
@@ -40,6 +42,7 @@ export function checkSubscriber({ items, producers, acked, inLog }) {
     neverAcked: 0,
     rolledBack: 0,
     samples: {},
+    contexts: [],
   };
   const sample = (key, value) => {
     const list = (out.samples[key] ??= []);
@@ -100,6 +103,15 @@ export function checkSubscriber({ items, producers, acked, inLog }) {
       if (log?.has(n)) {
         out.lostInLog += 1;
         sample("lostInLog", n);
+        if (out.contexts.length < 3) {
+          const between = items
+            .slice(lo + 1, hi)
+            .filter((i) => i.signal)
+            .map((i) => `${i.signal} ${i.id}`);
+          out.contexts.push(
+            `seq ${n} (in the log): received before it ${items[lo]?.id ?? "nothing"}, then ${between.join(", ") || "no signal"}, next received ${items[hi]?.id ?? "nothing"}`,
+          );
+        }
       }
     }
   }
@@ -141,12 +153,14 @@ export function sumChecks(results) {
     neverAcked: 0,
     rolledBack: 0,
     samples: {},
+    contexts: [],
   };
   for (const r of results) {
     for (const key of Object.keys(total)) {
-      if (key === "samples") continue;
+      if (key === "samples" || key === "contexts") continue;
       total[key] += r[key];
     }
+    for (const c of r.contexts ?? []) if (total.contexts.length < 5) total.contexts.push(c);
     for (const [key, values] of Object.entries(r.samples)) {
       const list = (total.samples[key] ??= []);
       for (const v of values) if (list.length < 5 && !list.includes(v)) list.push(v);
