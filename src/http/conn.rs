@@ -139,7 +139,10 @@ async fn handle(
             ))
             .await
         }
-        Route::Refuse(e) => refuse(stream, e).await,
+        // Boxed too: its linger buffer (8 KiB, held across reads) made every connection's task,
+        // idle subscribers' included, 8 KiB larger (idle RSS per connection 3.4 -> 12.3 KB,
+        // loadtest/REPORT.md session 10).
+        Route::Refuse(e) => Box::pin(refuse(stream, e)).await,
         Route::Gone => {}
     }
 }
@@ -558,6 +561,20 @@ mod tests {
             .expect("connect");
         let (server, _) = listener.accept().await.expect("accept");
         (client, server)
+    }
+
+    /// The size of the future `f` returns, without calling it.
+    fn future_size<A, B, C, D, E, Fut>(_: fn(A, B, C, D, E) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A connection's task lives as long as the connection, and is as large as the largest
+    /// state of [`handle`]: only the subscribe stream may stay inline (what an idle subscriber
+    /// holds); hyper's path and the refusal (its 8 KiB linger buffer) are boxed.
+    #[test]
+    fn a_connection_task_stays_small() {
+        let size = future_size(handle as fn(_, _, _, _, _) -> _);
+        assert!(size <= 3072, "handle's future is {size} bytes");
     }
 
     #[tokio::test(start_paused = true)]
