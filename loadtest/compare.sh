@@ -171,10 +171,15 @@ scenario() {
       SC_KIND=slow
       if [[ $q == 1 ]]; then
         SC_ARGS=(slow --threads 1 --subscribers 200 --slow-share 0.1 --rate 100 --duration 8 --event-bytes 2000)
-      else
+      elif [[ $MIX == custom ]]; then
         # 2 kB events: a stalled connection then outgrows what the kernel's socket buffers
         # absorb (a few MB on loopback) within the step, so the servers' own buffering shows.
         SC_ARGS=(slow --threads 1 --subscribers 1000 --slow-share 0.1 --rate 100 --duration 30 --event-bytes 2000)
+      else
+        # The mixes' events keep their own size (~200 B): 1,000 events/s for 60 s make a
+        # stalled connection outgrow the socket buffers (~12 MB), with 50 subscribers so the
+        # others' deliveries stay within one core.
+        SC_ARGS=(slow --threads 1 --subscribers 50 --slow-share 0.1 --rate 1000 --duration 60)
       fi ;;
     *) die "unknown scenario $name" ;;
   esac
