@@ -141,6 +141,27 @@ async fn threads_by_prefix_in_pages_redis() {
     server.stop().await;
 }
 
+/// A thread one of whose keys another program overwrote with another type (its `:meta` a
+/// string) is left out of the list; the other threads of the page are listed (it used to fail
+/// every page holding it with 503).
+#[tokio::test]
+async fn a_thread_with_foreign_keys_does_not_fail_the_list() {
+    let redis = RedisServer::start().await;
+    let url = redis.url();
+    let server = broker::start(|c| c.redis_url = url).await;
+    let base = base(server.addr);
+    for t in ["fk-1", "fk-2", "fk-3"] {
+        run(&base, t, true).await;
+    }
+    redis.command(&["DEL", "agui:{fk-2}:meta"]).await;
+    redis.command(&["SET", "agui:{fk-2}:meta", "garbage"]).await;
+    let (ids, _) = walk(&base, "fk-", 1000).await;
+    assert_eq!(ids, ["fk-1", "fk-3"]);
+    let (ids, sizes) = walk(&base, "fk-", 1).await;
+    assert_eq!(ids, ["fk-1", "fk-3"], "pages {sizes:?}");
+    server.stop().await;
+}
+
 /// Over many `SCAN` batches (threads written straight to Redis with `XADD`, as a direct
 /// producer does): every thread with the prefix is listed, pages within their limit.
 #[tokio::test]

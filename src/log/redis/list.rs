@@ -8,18 +8,29 @@
 //! Cluster the walk goes through the primaries one after the other (ranked by their lowest
 //! slot, as `CLUSTER SLOTS` gives them when each page starts), each with its own `SCAN`; a
 //! failover or a slot migrating during the walk weakens `SCAN`'s guarantee as a resize
-//! does: a thread of the moved slots may be listed twice or, once, missed.
+//! does: a thread of the moved slots may be listed twice or, once, missed. A thread one of
+//! whose keys another program overwrote with another type is left out of the page (logged),
+//! rather than failing every page that holds it.
 
 use super::conn::{Shared, Target};
 use super::resp::{
     Addr, decode_entries, malformed, parse_entries, parse_head_counts, parse_slots, unavailable,
 };
+use super::scripts::ScriptArgs;
 use super::{RedisLog, retry_dropped};
 use crate::event::ThreadId;
 use crate::log::list::MAX_PAGE;
 use crate::log::{ListCursor, LogError, ThreadPage, ThreadSummary};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ConnectionAddr, Value};
+
+/// One thread's summary, or why its keys are not the broker's.
+enum Summarised {
+    /// The thread as its log holds it.
+    Thread(ThreadSummary),
+    /// One of its keys holds another type than the broker writes (`WRONGTYPE`).
+    ForeignKeys(String),
+}
 
 /// `COUNT` of every `SCAN` call (buckets looked at). Fixed, so that a batch cut by a page is
 /// the same batch when the next page reads it again (unless the keyspace was resized).
@@ -43,9 +54,16 @@ impl RedisLog {
         self.timed("list", async {
             let (ids, next) = self.scan_page(prefix, cursor, limit).await?;
             let summaries = futures::future::join_all(ids.iter().map(|t| self.summarise(t))).await;
-            let threads = summaries
-                .into_iter()
-                .collect::<Result<Vec<ThreadSummary>, LogError>>()?;
+            let mut threads = Vec::with_capacity(summaries.len());
+            for (thread, summary) in ids.iter().zip(summaries) {
+                match summary? {
+                    Summarised::Thread(s) => threads.push(s),
+                    // One thread's foreign keys must not make every page that holds it fail.
+                    Summarised::ForeignKeys(why) => {
+                        tracing::warn!(%thread, error = %why, "thread list: skipping a thread whose keys are not the broker's");
+                    }
+                }
+            }
             Ok(ThreadPage { threads, next })
         })
         .await
@@ -53,16 +71,35 @@ impl RedisLog {
 
     /// [`EventLog::summary`](crate::log::EventLog::summary), under `op_timeout`.
     pub(super) async fn summary_of(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
-        self.timed("summary", self.summarise(thread)).await
+        self.timed("summary", async {
+            match self.summarise(thread).await? {
+                Summarised::Thread(s) => Ok(s),
+                Summarised::ForeignKeys(why) => Err(LogError::Unavailable(format!(
+                    "redis: the keys of thread {thread} are not the broker's ({why})"
+                ))),
+            }
+        })
+        .await
     }
 
-    /// One `summary.lua` call.
-    async fn summarise(&self, thread: &ThreadId) -> Result<ThreadSummary, LogError> {
+    /// One `summary.lua` call. A thread key of another type (`WRONGTYPE`: a key another
+    /// program wrote under the broker's prefix) is [`Summarised::ForeignKeys`], not an error.
+    async fn summarise(&self, thread: &ThreadId) -> Result<Summarised, LogError> {
         let keys = self.keys(thread);
-        let reply = self
-            .read_script(&self.inner.scripts.summary, &self.head_args(&keys))
-            .await?;
-        parse_summary(thread, &reply)
+        let args = self.head_args(&keys);
+        let reply = retry_dropped(|| {
+            let mut conn = self.inner.conn.clone();
+            let invocation = args.invocation(&self.inner.scripts.summary);
+            async move { invocation.invoke_async::<Value>(&mut conn).await }
+        })
+        .await;
+        match reply {
+            Ok(reply) => parse_summary(thread, &reply).map(Summarised::Thread),
+            Err(e) if e.code() == Some("WRONGTYPE") => Ok(Summarised::ForeignKeys(
+                "a key holds the wrong kind of value".into(),
+            )),
+            Err(e) => Err(unavailable(e)),
+        }
     }
 
     /// The ids of one page: whole `SCAN` batches while they fit `limit`, the first that does
