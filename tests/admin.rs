@@ -143,7 +143,7 @@ async fn threads_by_prefix_in_pages_redis() {
 
 /// A thread one of whose keys another program overwrote with another type (its `:meta` a
 /// string) is left out of the list; the other threads of the page are listed (it used to fail
-/// every page holding it with 503).
+/// every page holding it with 503). Looking up an unknown id creates no key.
 #[tokio::test]
 async fn a_thread_with_foreign_keys_does_not_fail_the_list() {
     let redis = RedisServer::start().await;
@@ -153,6 +153,10 @@ async fn a_thread_with_foreign_keys_does_not_fail_the_list() {
     for t in ["fk-1", "fk-2", "fk-3"] {
         run(&base, t, true).await;
     }
+    // An admin lookup of an id nobody wrote answers 404 and writes nothing.
+    let (status, _) = get(&format!("{base}/v1/threads/fk-ghost"), None).await;
+    assert_eq!(status, 404);
+    assert_eq!(redis.command(&["EXISTS", "agui:{fk-ghost}:meta"]).await, "0");
     redis.command(&["DEL", "agui:{fk-2}:meta"]).await;
     redis.command(&["SET", "agui:{fk-2}:meta", "garbage"]).await;
     let (ids, _) = walk(&base, "fk-", 1000).await;

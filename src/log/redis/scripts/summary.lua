@@ -6,6 +6,11 @@
 --
 -- Returns {epoch, info, last} (info: see stream_info; last: `XREVRANGE + - COUNT 1`, the
 -- newest entry as {{id, {field, value…}}}, or {} for a stream that does not exist).
+-- A thread with neither a stream nor a meta hash is answered as empty (epoch 00000000)
+-- without creating its epoch: an admin lookup of an unknown id writes nothing.
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'00000000', stream_info(KEYS[1], KEYS[3], false), {}}
+end
 local ep, live = ensure_epoch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[#ARGV])
 local last = {}
 if live then
