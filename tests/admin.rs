@@ -156,7 +156,10 @@ async fn a_thread_with_foreign_keys_does_not_fail_the_list() {
     // An admin lookup of an id nobody wrote answers 404 and writes nothing.
     let (status, _) = get(&format!("{base}/v1/threads/fk-ghost"), None).await;
     assert_eq!(status, 404);
-    assert_eq!(redis.command(&["EXISTS", "agui:{fk-ghost}:meta"]).await, "0");
+    assert_eq!(
+        redis.command(&["EXISTS", "agui:{fk-ghost}:meta"]).await,
+        "0"
+    );
     redis.command(&["DEL", "agui:{fk-2}:meta"]).await;
     redis.command(&["SET", "agui:{fk-2}:meta", "garbage"]).await;
     let (ids, _) = walk(&base, "fk-", 1000).await;
