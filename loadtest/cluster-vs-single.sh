@@ -31,7 +31,6 @@ cleanup() {
   for p in "${PORTS[@]}"; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
   rm -rf "$DIR"
 }
-trap cleanup EXIT
 ( sleep 900; echo "cluster-vs-single: 15 minutes passed, stopping" >&2; kill -TERM $$ ) &
 WATCHDOG=$!
 trap 'kill $WATCHDOG 2>/dev/null || true; cleanup' EXIT

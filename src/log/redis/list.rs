@@ -16,7 +16,6 @@ use super::conn::{Shared, Target};
 use super::resp::{
     Addr, decode_entries, malformed, parse_entries, parse_head_counts, parse_slots, unavailable,
 };
-use super::scripts::ScriptArgs;
 use super::{RedisLog, retry_dropped};
 use crate::event::ThreadId;
 use crate::log::list::MAX_PAGE;
@@ -86,13 +85,9 @@ impl RedisLog {
     /// program wrote under the broker's prefix) is [`Summarised::ForeignKeys`], not an error.
     async fn summarise(&self, thread: &ThreadId) -> Result<Summarised, LogError> {
         let keys = self.keys(thread);
-        let args = self.head_args(&keys);
-        let reply = retry_dropped(|| {
-            let mut conn = self.inner.conn.clone();
-            let invocation = args.invocation(&self.inner.scripts.summary);
-            async move { invocation.invoke_async::<Value>(&mut conn).await }
-        })
-        .await;
+        let reply = self
+            .read_script(&self.inner.scripts.summary, &self.head_args(&keys))
+            .await;
         match reply {
             Ok(reply) => parse_summary(thread, &reply).map(Summarised::Thread),
             Err(e) if e.code() == Some("WRONGTYPE") => Ok(Summarised::ForeignKeys(

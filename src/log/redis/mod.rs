@@ -134,7 +134,7 @@ use conn::{Shared, Target};
 pub use connect::RedisTls;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterConfig;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use resp::{
     ReadPage, Settled, array, bytes_of, decode_entries, malformed, parse_append_reply, parse_head,
     parse_outcome_reply, parse_pos, parse_read_reply, string, unavailable,
@@ -317,22 +317,6 @@ impl RedisLog {
         &self.inner.config
     }
 
-    /// Runs a read-only script (`args` written by its typed struct), retried once on a
-    /// dropped connection.
-    async fn read_script(
-        &self,
-        script: &Script,
-        args: &impl ScriptArgs,
-    ) -> Result<Value, LogError> {
-        retry_dropped(|| {
-            let mut conn = self.inner.conn.clone();
-            let invocation = args.invocation(script);
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await
-        .map_err(unavailable)
-    }
-
     /// [`HeadArgs`] of `keys`, with a fresh epoch drawn for a thread that needs one.
     fn head_args<'a>(&self, keys: &'a Keys) -> HeadArgs<'a> {
         HeadArgs {
@@ -399,7 +383,10 @@ impl RedisLog {
             count,
             idle_ttl_ms: self.inner.config.retention.idle_ttl_ms(),
         };
-        let reply = self.read_script(&self.inner.scripts.read, &args).await?;
+        let reply = self
+            .read_script(&self.inner.scripts.read, &args)
+            .await
+            .map_err(unavailable)?;
         parse_read_reply(&reply)
     }
 }
@@ -601,7 +588,8 @@ impl EventLog for RedisLog {
                         idle_ttl_ms: self.inner.config.retention.idle_ttl_ms(),
                     },
                 )
-                .await?;
+                .await
+                .map_err(unavailable)?;
             match reply {
                 Value::Nil => Ok(0),
                 other => string(&other)
@@ -621,7 +609,8 @@ impl EventLog for RedisLog {
                     &self.inner.scripts.checkpoint,
                     &self.head_args(&self.keys(thread)),
                 )
-                .await?;
+                .await
+                .map_err(unavailable)?;
             let fields = array(&reply)
                 .and_then(|items| items.get(1))
                 .and_then(array)
@@ -714,7 +703,8 @@ impl EventLog for RedisLog {
                     &self.inner.scripts.head,
                     &self.head_args(&self.keys(thread)),
                 )
-                .await?;
+                .await
+                .map_err(unavailable)?;
             parse_head(array(&reply).ok_or_else(|| malformed("head reply"))?)
         })
         .await

@@ -1,10 +1,12 @@
 //! The Redis backend's Lua scripts (`scripts/*.lua`, each headed by its KEYS and ARGV) and one
 //! typed argument struct per script: the struct's `write` is the only place that spells a
-//! script's KEYS/ARGV order, whether the script is invoked alone or pipelined as `EVALSHA`.
+//! script's KEYS/ARGV order, whether the script is invoked alone or pipelined as `EVALSHA`;
+//! and running a read-only one (`RedisLog::read_script`).
 
+use super::{RedisLog, retry_dropped};
 use crate::event::{ThreadId, ValidEvent};
 use crate::log::{Epoch, LogHead, ProducerMark, StreamPos};
-use redis::{Pipeline, Script, ScriptInvocation, ToRedisArgs};
+use redis::{Pipeline, RedisError, Script, ScriptInvocation, ToRedisArgs, Value};
 
 /// The scripts, built once (their SHA1 is computed at construction).
 pub(super) struct Scripts {
@@ -390,5 +392,23 @@ impl ScriptArgs for ProbeArgs<'_> {
         call.push_arg(self.node);
         call.push_arg(self.ttl_ms);
         call.push_arg(publish_command(self.sharded));
+    }
+}
+
+impl RedisLog {
+    /// Runs a read-only script (`args` written by its typed struct), retried once on a
+    /// dropped connection. Redis's own error, so that a caller can tell a data error
+    /// (`WRONGTYPE`, `list.rs`) from an unavailable backend ([`unavailable`](super::resp::unavailable)).
+    pub(super) async fn read_script(
+        &self,
+        script: &Script,
+        args: &impl ScriptArgs,
+    ) -> Result<Value, RedisError> {
+        retry_dropped(|| {
+            let mut conn = self.inner.conn.clone();
+            let invocation = args.invocation(script);
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
     }
 }
