@@ -104,10 +104,13 @@ export function checkSubscriber({ items, producers, acked, inLog }) {
         out.lostInLog += 1;
         sample("lostInLog", n);
         if (out.contexts.length < 3) {
-          const between = items
-            .slice(lo + 1, hi)
-            .filter((i) => i.signal)
-            .map((i) => `${i.signal} ${i.id}`);
+          // A prelude's first event carries no id: name the id its stream starts at (the
+          // first id after the signal), which tells a fork-point prelude from one at the head.
+          const between = items.slice(lo + 1, hi).flatMap((i, k, rest) => {
+            if (!i.signal) return [];
+            const at = i.id || rest.slice(k + 1).find((j) => j.id)?.id || "no id";
+            return [`${i.signal} at ${at}`];
+          });
           out.contexts.push(
             `seq ${n} (in the log): received before it ${items[lo]?.id ?? "nothing"}, then ${between.join(", ") || "no signal"}, next received ${items[hi]?.id ?? "nothing"}`,
           );
