@@ -260,6 +260,26 @@ fn the_rest_of_a_partial_direct_write_goes_out_first() {
     assert!(q.begin_own_write());
 }
 
+/// A stream that ends by itself (token expired, `max_stream_age`) writes its last words after
+/// taking the socket back: the rest of a partly written frame comes first, and the hub writes
+/// nothing more through the sink.
+#[test]
+fn last_words_take_the_socket_and_the_rest_of_a_partial_write() {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    let sink = MemorySink::new(10);
+    q.attach_sink(sink.clone());
+    assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
+    let rest = q.take_socket().expect("the rest of frame 1");
+    assert_eq!(&rest[..], &frame(1).bytes[10..]);
+    sink.room.store(usize::MAX, Ordering::SeqCst);
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Queued));
+    assert_eq!(sink.got.lock().len(), 10, "nothing more through the sink");
+    // Without a partial write there is nothing to send first.
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    q.attach_sink(MemorySink::new(usize::MAX));
+    assert!(q.take_socket().is_none());
+}
+
 #[test]
 fn no_direct_write_during_a_backfill() {
     let q = ConnQueue::new(limits(10), StreamPos::ZERO, true, None);

@@ -93,6 +93,7 @@ pub async fn serve<S, D>(
             state.clone(),
             router.clone(),
             graceful.watcher(),
+            tracker.clone(),
         ));
     }
     drop(listener);
@@ -106,20 +107,32 @@ pub async fn serve<S, D>(
     }
 }
 
-/// One connection: served here when its first request is a plain subscribe, refused here when
-/// its first head is not one hyper would take, else served by hyper.
+/// One connection: served here when its first request is a plain subscribe (its stream then
+/// goes on in a task of its own on `tracker`), refused here when its first head is not one
+/// hyper would take, else served by hyper.
 async fn handle(
     mut stream: TcpStream,
     peer: SocketAddr,
     state: AppState,
     router: Router,
     watcher: Watcher,
+    tracker: TaskTracker,
 ) {
     // Frames are written whole; Nagle's algorithm would only delay the next one.
     let _ = stream.set_nodelay(true);
     let max_head = state.config.limits.max_head_bytes;
     match route(&mut stream, HEAD_TIMEOUT, max_head).await {
-        Route::Subscribe(req) => serve_subscribe(stream, peer, req, state).await,
+        // The stream gets a task of its own: a task is as large as the largest state of its
+        // future, and what an idle subscriber holds for hours is then only the stream's
+        // (`stream::write_socket`), not this function's arguments and its other paths (idle
+        // RSS per connection: loadtest/REPORT.md, session 11).
+        Route::Subscribe(req) => {
+            // Boxed: opening (the token, the hub, the log) would make every connection's task,
+            // a keep-alive publisher's included, as large as its state.
+            if let Some(stream) = Box::pin(start_subscribe(stream, peer, req, state)).await {
+                tracker.spawn(stream);
+            }
+        }
         // Boxed: a task is as large as its largest state, and hyper's connection future would
         // otherwise make every idle subscriber's task as large as a publisher's.
         Route::Hyper(read) => {
@@ -274,43 +287,16 @@ fn parse_subscribe(req: &httparse::Request<'_, '_>) -> Option<SubscribeRequest> 
     })
 }
 
-/// Serves a subscribe request on the raw socket (see the module docs).
-async fn serve_subscribe(
-    stream: TcpStream,
-    peer: SocketAddr,
-    req: SubscribeRequest,
-    state: AppState,
-) {
-    // Boxed: a task is as large as its largest state. Reading the head, checking the token and
-    // opening (the hub, the log) are done before the stream starts, so their state must not
-    // stay part of the task for the stream's lifetime (idle memory per subscriber).
-    let Some((stream, head, opened)) = Box::pin(start_subscribe(stream, peer, req, state)).await
-    else {
-        return;
-    };
-    // `start_subscribe` answers `Unavailable` itself: only a stream comes back.
-    let Opened::Stream {
-        queue,
-        prefix,
-        guard,
-        settings,
-    } = opened
-    else {
-        return;
-    };
-    stream::write_socket(stream, head, queue, prefix, settings, guard).await
-}
-
 /// Everything of a front-served subscribe before its stream (its head was read by `route`):
 /// checks the token (PROTOCOL §8), opens the subscription. Answers by itself what is not a
-/// stream (an error, the backend being down) and returns `None` then; else the socket, the
-/// response head (with the CORS headers) and the opened stream.
+/// stream (an error, the backend being down) and returns `None` then; else the stream to run
+/// ([`stream::write_socket`]: the response head with the CORS headers, then the events).
 async fn start_subscribe(
     mut stream: TcpStream,
     peer: SocketAddr,
     req: SubscribeRequest,
     state: AppState,
-) -> Option<(TcpStream, Bytes, Opened)> {
+) -> Option<impl Future<Output = ()> + Send + 'static> {
     set_send_buffer(&stream, state.config.sse.send_buffer);
     let cors = cors::stream_headers(state.cors.as_deref(), req.origin.as_deref()).await;
     let checked = subscribe::authorize_front(
@@ -337,7 +323,19 @@ async fn start_subscribe(
     )
     .await;
     match opened {
-        Ok(opened @ Opened::Stream { .. }) => Some((stream, sse_head(&cors), opened)),
+        Ok(Opened::Stream {
+            queue,
+            prefix,
+            guard,
+            settings,
+        }) => Some(stream::write_socket(
+            stream,
+            sse_head(&cors),
+            queue,
+            prefix,
+            settings,
+            guard,
+        )),
         Ok(Opened::Unavailable(body)) => {
             let mut out = sse_head(&cors).to_vec();
             out.extend_from_slice(&body);
@@ -564,17 +562,18 @@ mod tests {
     }
 
     /// The size of the future `f` returns, without calling it.
-    fn future_size<A, B, C, D, E, Fut>(_: fn(A, B, C, D, E) -> Fut) -> usize {
+    fn future_size<A, B, C, D, E, G, Fut>(_: fn(A, B, C, D, E, G) -> Fut) -> usize {
         std::mem::size_of::<Fut>()
     }
 
-    /// A connection's task lives as long as the connection, and is as large as the largest
-    /// state of [`handle`]: only the subscribe stream may stay inline (what an idle subscriber
-    /// holds); hyper's path and the refusal (its 8 KiB linger buffer) are boxed.
+    /// A connection's task lives as long as the connection unless it is a front-served
+    /// subscribe (whose stream moves to a task of its own, `stream::write_socket`), and is as
+    /// large as the largest state of [`handle`]: hyper's path and the refusal (its 8 KiB linger
+    /// buffer) are boxed, so a keep-alive publisher's task holds neither inline.
     #[test]
     fn a_connection_task_stays_small() {
-        let size = future_size(handle as fn(_, _, _, _, _) -> _);
-        assert!(size <= 3072, "handle's future is {size} bytes");
+        let size = future_size(handle as fn(_, _, _, _, _, _) -> _);
+        assert!(size <= 1024, "handle's future is {size} bytes");
     }
 
     #[tokio::test(start_paused = true)]

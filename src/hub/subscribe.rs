@@ -101,12 +101,17 @@ pub struct SubscriptionGuard {
     queue: Arc<ConnQueue>,
     thread: ThreadId,
     key: u64,
-    backfill_stop: CancellationToken,
+    /// Stops the subscriber's backfill task; `None` when it has none (most subscribers: a
+    /// child token is an allocation and an entry in the shutdown token's list per
+    /// connection).
+    backfill_stop: Option<CancellationToken>,
 }
 
 impl Drop for SubscriptionGuard {
     fn drop(&mut self) {
-        self.backfill_stop.cancel();
+        if let Some(stop) = &self.backfill_stop {
+            stop.cancel();
+        }
         // Closing frees what is queued and wakes a backfill waiting for room.
         self.queue.close(CloseReason::Shutdown);
         self.hub.unregister(&self.thread, self.key);
@@ -146,7 +151,6 @@ impl Hub {
         };
 
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
-        let backfill_stop = self.shared.shutdown.child_token();
         let Some(registered) = self.register(&th, key, outcome, backfill_from) else {
             // The last subscriber left between our lookup and now, and this thread hub is no
             // longer the followed one: start over with a fresh one.
@@ -166,22 +170,17 @@ impl Hub {
             // its jittered `retry:`, rather than let it outlive the drain.
             queue.close(CloseReason::Shutdown);
         }
+        let mut backfill_stop = None;
         if let Some(from) = backfill_from {
+            let stop = self.shared.shutdown.child_token();
+            backfill_stop = Some(stop.clone());
             let opening = match (outcome, from) {
                 (Outcome::EpochStart, _) => Opening::EpochStart(th.clone()),
                 (Outcome::ForkPoint(_), ReadFrom::Start) => Opening::EpochStart(th.clone()),
                 (Outcome::ForkPoint(_), ReadFrom::After(fork)) => Opening::ForkPoint(fork),
                 _ => Opening::Plain,
             };
-            self.spawn_backfill(
-                thread,
-                from,
-                epoch,
-                cursor,
-                queue.clone(),
-                backfill_stop.clone(),
-                opening,
-            );
+            self.spawn_backfill(thread, from, epoch, cursor, queue.clone(), stop, opening);
         }
         Ok(Subscription {
             queue: queue.clone(),

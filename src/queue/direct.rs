@@ -4,6 +4,7 @@
 //! unwritten rest of a partial write is kept ahead of everything else.
 
 use super::{ConnQueue, Frame, Inner};
+use bytes::Bytes;
 use std::sync::Arc;
 
 /// Where the fan-out may write a frame itself: the subscriber's socket, lent by its writer
@@ -34,6 +35,17 @@ impl ConnQueue {
     /// The writer finished writing what it took: the socket is free again.
     pub fn writer_done(&self) {
         self.inner.lock().writer_busy = false;
+    }
+
+    /// The writer is about to write its last words (a stream that ends by itself: its token
+    /// expired, its `max_stream_age` passed): the hub no longer writes to the socket, and the
+    /// rest of a frame it wrote partly, if any, is returned to go out first (else the last
+    /// words would land inside that frame).
+    pub fn take_socket(&self) -> Option<Bytes> {
+        let mut q = self.inner.lock();
+        q.sink = None;
+        q.writer_busy = true;
+        q.partial.take()
     }
 
     /// The writer is about to write bytes of its own (a heartbeat): `false` when a partly

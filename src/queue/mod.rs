@@ -175,8 +175,9 @@ struct Inner {
     last: StreamPos,
     /// A reset bridge not yet taken by the writer; it goes out before the live buffer, which
     /// holds only newer frames. Not counted against the bounds (its size is the thread's
-    /// fold, not the backlog).
-    bridge: Option<Bridge>,
+    /// fold, not the backlog). Boxed: it is rare, and inline it made every queue larger by
+    /// its size (idle memory per subscriber).
+    bridge: Option<Box<Bridge>>,
     /// What resets dropped that no snapshot restates, since the writer last took a bridge
     /// (the next bridge's gap event tells the client, PROTOCOL §5 "Reset").
     skipped: Skipped,
@@ -422,7 +423,7 @@ impl ConnQueue {
         self.build_pending_bridge();
         let mut taken: Vec<Frame> = Vec::new();
         let mut single: Option<Frame> = None;
-        let mut bridge: Option<Bridge> = None;
+        let mut bridge: Option<Box<Bridge>> = None;
         let mut told = Skipped::default();
         let mut skipped = 0i64;
         let from_backfill;

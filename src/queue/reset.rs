@@ -149,6 +149,8 @@ impl ConnQueue {
     /// thread's lock, so that every later push is newer than the bridge. Ignored on a closed
     /// queue.
     pub fn install_bridge(&self, bridge: Bridge) {
+        // Boxed before the lock: the queue's lock is taken under the thread's.
+        let bridge = Box::new(bridge);
         let mut q = self.inner.lock();
         if q.closed.is_some() {
             return;

@@ -119,7 +119,8 @@ enum Wake {
 struct WriterState {
     queue: Arc<ConnQueue>,
     settings: StreamSettings,
-    /// Taken and not yet handed out (the hyper body hands out one piece at a time).
+    /// Taken and not yet handed out (the hyper body hands out one piece at a time) or not yet
+    /// written (the socket writer).
     pending: Batch,
     heartbeat: std::pin::Pin<Box<tokio::time::Sleep>>,
     /// When the last bytes were handed out.
