@@ -211,11 +211,17 @@ impl Sink for MemorySink {
     }
 }
 
+/// A queue (bounds of 10 frames, no backfill) with a [`MemorySink`] of `room` attached.
+fn with_sink(room: usize) -> (ConnQueue, Arc<MemorySink>) {
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    let sink = MemorySink::new(room);
+    q.attach_sink(sink.clone());
+    (q, sink)
+}
+
 #[test]
 fn an_idle_writer_lets_the_fan_out_write_through_the_sink() {
-    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
-    let sink = MemorySink::new(usize::MAX);
-    q.attach_sink(sink.clone());
+    let (q, sink) = with_sink(usize::MAX);
     assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
     assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Written));
     assert_eq!(seqs(&sink.got.lock()), vec![1, 2]);
@@ -240,9 +246,7 @@ fn an_idle_writer_lets_the_fan_out_write_through_the_sink() {
 
 #[test]
 fn the_rest_of_a_partial_direct_write_goes_out_first() {
-    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
-    let sink = MemorySink::new(10);
-    q.attach_sink(sink.clone());
+    let (q, sink) = with_sink(10);
     assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
     assert_eq!(sink.got.lock().len(), 10);
     // A full sink: the frame is queued behind the rest.
@@ -265,9 +269,7 @@ fn the_rest_of_a_partial_direct_write_goes_out_first() {
 /// nothing more through the sink.
 #[test]
 fn last_words_take_the_socket_and_the_rest_of_a_partial_write() {
-    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
-    let sink = MemorySink::new(10);
-    q.attach_sink(sink.clone());
+    let (q, sink) = with_sink(10);
     assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
     let rest = q.take_socket().expect("the rest of frame 1");
     assert_eq!(&rest[..], &frame(1).bytes[10..]);
@@ -275,8 +277,7 @@ fn last_words_take_the_socket_and_the_rest_of_a_partial_write() {
     assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Queued));
     assert_eq!(sink.got.lock().len(), 10, "nothing more through the sink");
     // Without a partial write there is nothing to send first.
-    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
-    q.attach_sink(MemorySink::new(usize::MAX));
+    let (q, _sink) = with_sink(usize::MAX);
     assert!(q.take_socket().is_none());
 }
 

@@ -170,18 +170,25 @@ impl Hub {
             // its jittered `retry:`, rather than let it outlive the drain.
             queue.close(CloseReason::Shutdown);
         }
-        let mut backfill_stop = None;
-        if let Some(from) = backfill_from {
+        let backfill_stop = backfill_from.map(|from| {
             let stop = self.shared.shutdown.child_token();
-            backfill_stop = Some(stop.clone());
             let opening = match (outcome, from) {
                 (Outcome::EpochStart, _) => Opening::EpochStart(th.clone()),
                 (Outcome::ForkPoint(_), ReadFrom::Start) => Opening::EpochStart(th.clone()),
                 (Outcome::ForkPoint(_), ReadFrom::After(fork)) => Opening::ForkPoint(fork),
                 _ => Opening::Plain,
             };
-            self.spawn_backfill(thread, from, epoch, cursor, queue.clone(), stop, opening);
-        }
+            self.spawn_backfill(
+                thread,
+                from,
+                epoch,
+                cursor,
+                queue.clone(),
+                stop.clone(),
+                opening,
+            );
+            stop
+        });
         Ok(Subscription {
             queue: queue.clone(),
             outcome,

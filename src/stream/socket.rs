@@ -62,6 +62,29 @@ struct SocketStream {
     ending: bool,
 }
 
+impl SocketStream {
+    /// Reads (and drops) what the client sent: `false` when the stream must end (the client
+    /// closed its end, the connection failed, or it sent more than [`MAX_IGNORED_BYTES`]).
+    /// An event stream's client has nothing to say; the response is `connection: close`, so
+    /// not even a pipelined request is answered.
+    fn read_ignored(&mut self) -> bool {
+        let mut scratch = [0u8; 256];
+        match self.io.try_read(&mut scratch) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.ignored = self.ignored.saturating_add(n as u32);
+                if self.ignored > MAX_IGNORED_BYTES {
+                    tracing::debug!(ignored = self.ignored, "subscriber keeps sending; closing");
+                    return false;
+                }
+                true
+            }
+            // A spurious readiness.
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+        }
+    }
+}
+
 /// Detaches the socket from the queue when the writer ends, so that the connection closes
 /// with the writer's handle (the queue may outlive it briefly).
 impl Drop for SocketStream {
@@ -140,29 +163,8 @@ async fn stream_socket(s: &mut SocketStream) {
                     _ => continue,
                 },
                 // The socket is readable.
-                None => {
-                    let mut scratch = [0u8; 256];
-                    match s.io.try_read(&mut scratch) {
-                        // The client closed its end, or the connection failed.
-                        Ok(0) => return,
-                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return,
-                        // Bytes after the request: ignored, up to a bound (an event stream's
-                        // client has nothing to say; the response is `connection: close`, so
-                        // not even a pipelined request is answered). Past it the client is not
-                        // an SSE client.
-                        Ok(n) => {
-                            s.ignored = s.ignored.saturating_add(n as u32);
-                            if s.ignored > MAX_IGNORED_BYTES {
-                                let ignored = s.ignored;
-                                tracing::debug!(ignored, "subscriber keeps sending; closing");
-                                return;
-                            }
-                            continue;
-                        }
-                        // A spurious readiness.
-                        Err(_) => continue,
-                    }
-                }
+                None if s.read_ignored() => continue,
+                None => return,
             }
             break;
         }
