@@ -309,19 +309,29 @@ mod tests {
     }
 
     #[test]
+    // figment's `Jail` closure must return figment's own (large) error type.
+    #[allow(clippy::result_large_err)]
     fn an_agent_with_defaults_and_env_headers() {
-        let agents = parse(
-            "[agents.demo]\nurl = \"http://127.0.0.1:9/\"\n\
-             headers = { x-api-key = { env = \"PATH\" }, x-team = \"a\" }\n",
-        )
-        .unwrap();
-        let demo = &agents["demo"];
-        assert_eq!(demo.on_disconnect, OnDisconnect::Continue);
-        assert_eq!(demo.idle_timeout, Duration::from_secs(120));
-        assert_eq!(demo.headers["x-api-key"], HeaderSource::Env("PATH".into()));
-        assert_eq!(demo.headers["x-team"].resolve().unwrap(), "a");
-        validate(&agents).unwrap();
-        assert!(!format!("{demo:?}").contains("\"a\""), "values stay hidden");
+        // Inside a `Jail`: another test's jail clears the whole environment
+        // while it runs, and the jail's lock keeps the two apart.
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("AGUI_TEST_AGENT_KEY", "k-1");
+            let agents = parse(
+                "[agents.demo]\nurl = \"http://127.0.0.1:9/\"\n\
+                 headers = { x-api-key = { env = \"AGUI_TEST_AGENT_KEY\" }, x-team = \"a\" }\n",
+            )
+            .unwrap();
+            let demo = &agents["demo"];
+            assert_eq!(demo.on_disconnect, OnDisconnect::Continue);
+            assert_eq!(demo.idle_timeout, Duration::from_secs(120));
+            let key = &demo.headers["x-api-key"];
+            assert_eq!(key, &HeaderSource::Env("AGUI_TEST_AGENT_KEY".into()));
+            assert_eq!(key.resolve().unwrap(), "k-1");
+            assert_eq!(demo.headers["x-team"].resolve().unwrap(), "a");
+            validate(&agents).unwrap();
+            assert!(!format!("{demo:?}").contains("\"a\""), "values stay hidden");
+            Ok(())
+        });
     }
 
     #[test]
