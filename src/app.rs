@@ -143,7 +143,7 @@ pub fn state(
     }
     let cors = crate::http::cors::layer(&config.cors).map(Arc::new);
     let bodies = http::BodyBudget::new(config.limits.bodies_in_flight_bytes);
-    Ok(AppState {
+    Ok(AppState::new(http::AppShared {
         config: Arc::new(config),
         log,
         ingest,
@@ -156,7 +156,7 @@ pub fn state(
         cors,
         bodies,
         connections: http::admin::connections::Connections::new(),
-    })
+    }))
 }
 
 /// Like [`start`], with a given log backend (tests share one log between two brokers).

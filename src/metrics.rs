@@ -221,6 +221,58 @@ pub fn install_recorder() -> PrometheusHandle {
 
 static PUBLISH_TO_WRITE_HANDLE: OnceLock<metrics::Histogram> = OnceLock::new();
 
+/// The counters of one family with one bounded label (`type` of the event counters), resolved
+/// once: the `counter!` macro builds and looks up its key at every call, ~1,100 instructions a
+/// published or delivered event (callgrind, session 12 of `loadtest/REPORT.md`).
+pub struct CounterTable {
+    family: &'static str,
+    label: &'static str,
+    values: &'static [&'static str],
+    handles: OnceLock<Box<[metrics::Counter]>>,
+}
+
+impl CounterTable {
+    /// The counters `family{label="values[i]"}`.
+    pub const fn new(
+        family: &'static str,
+        label: &'static str,
+        values: &'static [&'static str],
+    ) -> CounterTable {
+        CounterTable {
+            family,
+            label,
+            values,
+            handles: OnceLock::new(),
+        }
+    }
+
+    /// Adds `n` to the counter of `values[index]` (an index out of range is ignored).
+    /// Before [`install_recorder`] the handles are not kept (they would count nowhere for
+    /// good): each call goes through the macro, to whatever recorder there is.
+    pub fn increment(&self, index: usize, n: u64) {
+        let Some(&value) = self.values.get(index) else {
+            return;
+        };
+        match self.handles() {
+            Some(handles) => handles[index].increment(n),
+            None => metrics::counter!(self.family, self.label => value).increment(n),
+        }
+    }
+
+    fn handles(&self) -> Option<&[metrics::Counter]> {
+        if let Some(h) = self.handles.get() {
+            return Some(h);
+        }
+        HANDLE.get()?;
+        Some(self.handles.get_or_init(|| {
+            self.values
+                .iter()
+                .map(|&v| metrics::counter!(self.family, self.label => v))
+                .collect()
+        }))
+    }
+}
+
 /// Exports a zero series for every bounded label set (and the unlabelled families), so that
 /// `/metrics` lists every family from start. `event_types`: the AG-UI event types (the `type`
 /// label of the event counters). `redis`: the log backend is Redis (its `op`s get series; a
@@ -437,4 +489,26 @@ fn describe() {
         Unit::Seconds,
         "From the log assigning an entry its id to this node's tail reading it (Redis only)."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_table_counts_into_the_installed_recorder() {
+        static TABLE: CounterTable =
+            CounterTable::new("agui_test_table_total", "kind", &["a", "b"]);
+        // Before the recorder (if no other test installed it yet): counted through the macro.
+        TABLE.increment(0, 1);
+        let handle = install_recorder();
+        TABLE.increment(1, 2);
+        TABLE.increment(1, 3);
+        TABLE.increment(2, 1); // out of range: ignored
+        let text = handle.render();
+        assert!(
+            text.contains("agui_test_table_total{kind=\"b\"} 5"),
+            "{text}"
+        );
+    }
 }

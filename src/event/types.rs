@@ -13,6 +13,10 @@ macro_rules! event_types {
             /// Every type, in the order of the AG-UI enum.
             pub const ALL: &'static [EventType] = &[$(EventType::$variant),+];
 
+            /// The wire names of [`EventType::ALL`], in the same order (`t as usize` indexes
+            /// both).
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+
             /// The wire name, e.g. `"STATE_DELTA"`.
             pub const fn as_str(self) -> &'static str {
                 match self { $(EventType::$variant => $name),+ }

@@ -233,9 +233,10 @@ impl Hub {
                 .increment(overflowed);
         }
         if receivers > 0 {
+            static DELIVERED: m::CounterTable =
+                m::CounterTable::new(m::DELIVERED, "type", EventType::NAMES);
             for f in &frames {
-                metrics::counter!(m::DELIVERED, "type" => f.event_type.as_str())
-                    .increment(receivers);
+                DELIVERED.increment(f.event_type as usize, receivers);
             }
         }
     }

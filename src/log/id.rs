@@ -32,9 +32,22 @@ impl FromStr for Epoch {
     }
 }
 
+impl Epoch {
+    /// The 8 lowercase hex digits of the epoch.
+    fn hex(self) -> [u8; 8] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 8];
+        for (i, d) in out.iter_mut().enumerate() {
+            *d = DIGITS[(self.0 >> (28 - 4 * i) & 0xf) as usize];
+        }
+        out
+    }
+}
+
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}", self.0)
+        // `hex` writes ASCII digits only.
+        f.write_str(std::str::from_utf8(&self.hex()).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -60,7 +73,9 @@ impl StreamPos {
 
 impl fmt::Display for StreamPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.ms, self.seq)
+        let mut text = IdText::default();
+        text.put_pos(*self);
+        f.write_str(text.as_str())
     }
 }
 
@@ -99,9 +114,77 @@ pub struct EventId {
 #[error("malformed event id")]
 pub struct IdParseError;
 
+impl EventId {
+    /// The id's text form (`<8 hex>-<ms>-<seq>`) on the stack: every frame and every publish
+    /// reply writes one, and `core::fmt` took ~1,100 instructions a frame and ~3,000 a reply
+    /// (callgrind, `benches/hot_path.rs`; see `loadtest/REPORT.md`, session 12).
+    pub fn text(&self) -> IdText {
+        let mut text = IdText::default();
+        text.put(&self.epoch.hex());
+        text.put(b"-");
+        text.put_pos(self.pos);
+        text
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.epoch, self.pos)
+        f.write_str(self.text().as_str())
+    }
+}
+
+/// The text form of an [`EventId`] or a [`StreamPos`] in a fixed buffer (at most
+/// 8 + 1 + 20 + 1 + 20 ASCII bytes), without an allocation.
+#[derive(Clone, Copy)]
+pub struct IdText {
+    buf: [u8; IdText::CAPACITY],
+    len: u8,
+}
+
+impl IdText {
+    /// The longest text: 8 hex digits, two dashes, two `u64` in decimal.
+    const CAPACITY: usize = 50;
+
+    fn put(&mut self, bytes: &[u8]) {
+        let at = usize::from(self.len);
+        // Within `CAPACITY`: the callers write at most one epoch and one position.
+        self.buf[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len() as u8;
+    }
+
+    fn put_pos(&mut self, pos: StreamPos) {
+        let mut digits = itoa::Buffer::new();
+        self.put(digits.format(pos.ms).as_bytes());
+        self.put(b"-");
+        self.put(digits.format(pos.seq).as_bytes());
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits, hex digits and dashes are ever put.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl Default for IdText {
+    fn default() -> Self {
+        IdText {
+            buf: [0; IdText::CAPACITY],
+            len: 0,
+        }
+    }
+}
+
+impl std::ops::Deref for IdText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for IdText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 

@@ -16,7 +16,7 @@ pub mod list;
 pub mod memory;
 pub mod redis;
 
-pub use id::{Epoch, EventId, IdParseError, ResumeId, StreamPos};
+pub use id::{Epoch, EventId, IdParseError, IdText, ResumeId, StreamPos};
 pub use list::{ListCursor, RunState, ThreadPage, ThreadSummary};
 
 use crate::event::{EventType, ThreadId, ValidEvent};
@@ -582,6 +582,26 @@ mod tests {
             "0a1b2c3d-99999999999999999999-1",
         ] {
             assert_eq!(bad.parse::<EventId>(), Err(IdParseError), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn id_text_is_the_display_form_at_the_extremes() {
+        for (epoch, ms, seq) in [
+            (0, 0, 0),
+            (0x0000_00ff, 1, 10),
+            (0xdead_beef, 1764500000000, 7),
+            (u32::MAX, u64::MAX, u64::MAX),
+        ] {
+            let id = EventId {
+                epoch: Epoch(epoch),
+                pos: StreamPos::new(ms, seq),
+            };
+            let expected = format!("{epoch:08x}-{ms}-{seq}");
+            assert_eq!(id.text().as_str(), expected);
+            assert_eq!(id.to_string(), expected);
+            assert_eq!(id.pos.to_string(), format!("{ms}-{seq}"));
+            assert_eq!(expected.parse::<EventId>(), Ok(id));
         }
     }
 

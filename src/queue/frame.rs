@@ -42,7 +42,7 @@ impl Frame {
         born: Instant,
         merge: MergeKey,
     ) -> Frame {
-        let id_text = id.to_string();
+        let id_text = id.text();
         let mut bytes = BytesMut::with_capacity(sse::event_len(Some(id_text.len()), json.len()));
         let data_start = sse::put_event(&mut bytes, Some(&id_text), json);
         Frame {
@@ -75,7 +75,7 @@ impl Frame {
                 .and_then(Value::as_str)
                 .and_then(EventType::parse)
                 .unwrap_or(EventType::Raw);
-            let id_text = (i + 1 == events.len()).then(|| id.to_string());
+            let id_text = (i + 1 == events.len()).then(|| id.text());
             data_start = sse::put_event(&mut buf, id_text.as_deref(), &json_of(ev));
         }
         Frame {
