@@ -7,7 +7,10 @@
 
 use crate::event::Fields;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+
+/// Hashed with foldhash (seeded per process, hashbrown's default) rather than SipHash: every
+/// content delta looks its message up, in each fold that follows the thread.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Messages in conversation order (AGUI.md §2 shapes, each a JSON object) and the first
 /// position of every message id and tool-call id.

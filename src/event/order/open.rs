@@ -6,7 +6,7 @@
 
 use crate::event::EventType;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, btree_map};
+use std::collections::{BTreeMap, btree_map};
 use std::sync::Arc;
 
 /// Owner of an entity: `None` is the parent agent.
@@ -84,6 +84,10 @@ impl OpenItem {
         self.seq
     }
 }
+
+/// Hashed with foldhash (seeded per process, hashbrown's default) rather than SipHash: every
+/// content delta looks its id up here, once per check and once per fold.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Open items of one kind: ordered by opening, indexed by id (and, for steps, owner).
 #[derive(Clone, Debug, Default, PartialEq)]
