@@ -13,6 +13,7 @@ mod body;
 pub mod conn;
 mod console;
 pub mod cors;
+mod draining;
 mod error;
 mod head;
 mod ingest_sse;
@@ -37,7 +38,7 @@ use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::routing::{delete, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use tokio_util::sync::CancellationToken;
 
 /// Everything a request handler needs ([`AppShared`]), behind one `Arc`: a clone (every
@@ -196,33 +197,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(ops::method_not_allowed)
         // Bodies are read by the handlers with the configured limits (413 as JSON).
         .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            close_while_draining,
-        ));
+        .layer(draining::CloseWhileDraining::new(state.draining.clone()));
     let router = match state.cors.as_deref() {
         Some(cors) => router.layer(cors.clone()),
         None => router,
     };
     router.with_state(state)
-}
-
-/// Adds `Connection: close` to every HTTP/1 answer while the node drains (RFC 9112 §9.6), so
-/// that a client sends its next request on a new connection (to a ready node) instead of
-/// reusing one this node is about to close, where a request would meet the close and get no
-/// answer. HTTP/2 has no such header (hyper's graceful shutdown sends `GOAWAY`).
-async fn close_while_draining(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let http1 = req.version() < axum::http::Version::HTTP_2;
-    let mut resp = next.run(req).await;
-    if http1 && state.draining.load(Ordering::Relaxed) {
-        resp.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
-    }
-    resp
 }
