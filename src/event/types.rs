@@ -78,8 +78,11 @@ mod tests {
     #[test]
     fn all_31_round_trip() {
         assert_eq!(EventType::ALL.len(), 31);
+        assert_eq!(EventType::NAMES.len(), 31);
         for t in EventType::ALL {
             assert_eq!(EventType::parse(t.as_str()), Some(*t));
+            // The counter tables index the names by the type's discriminant.
+            assert_eq!(EventType::NAMES[*t as usize], t.as_str());
         }
         assert_eq!(EventType::parse("THINKING_START"), None);
         assert_eq!(EventType::parse("state_delta"), None);

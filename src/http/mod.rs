@@ -85,8 +85,7 @@ pub struct AppShared {
     pub drain_ended: CancellationToken,
     /// The token verifier (PROTOCOL §8); `None`: authentication off.
     pub auth: Option<Arc<auth::Auth>>,
-    /// The CORS layer ([`cors::layer`]); `None`: CORS off. Behind an `Arc`: every connection's
-    /// task holds a copy of the state, and the layer is a few hundred bytes (idle memory).
+    /// The CORS layer ([`cors::layer`]); `None`: CORS off.
     pub cors: Option<Arc<tower_http::cors::CorsLayer>>,
     /// The node's budget for request bodies read whole (`limits.bodies_in_flight_bytes`).
     pub bodies: BodyBudget,

@@ -161,8 +161,9 @@ impl IdText {
 
     /// The text.
     pub fn as_str(&self) -> &str {
-        // Only ASCII digits, hex digits and dashes are ever put.
-        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+        // Only ASCII digits, hex digits and dashes are ever put; an empty id would reset the
+        // client's last event id, so a broken invariant must fail loudly.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).expect("ASCII only")
     }
 }
 
