@@ -46,8 +46,9 @@ impl Epoch {
 
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // `hex` writes ASCII digits only.
-        f.write_str(std::str::from_utf8(&self.hex()).map_err(|_| fmt::Error)?)
+        let mut text = IdText::default();
+        text.put(&self.hex());
+        f.write_str(text.as_str())
     }
 }
 

@@ -601,6 +601,7 @@ mod tests {
             assert_eq!(id.text().as_str(), expected);
             assert_eq!(id.to_string(), expected);
             assert_eq!(id.pos.to_string(), format!("{ms}-{seq}"));
+            assert_eq!(id.epoch.to_string(), format!("{epoch:08x}"));
             assert_eq!(expected.parse::<EventId>(), Ok(id));
         }
     }
