@@ -42,7 +42,7 @@ impl BodyBudget {
     ///
     /// # Errors
     /// 503 `busy` with `Retry-After: 1` when they are not free.
-    fn take(&self, n: usize) -> Result<OwnedSemaphorePermit, ApiError> {
+    pub(super) fn take(&self, n: usize) -> Result<OwnedSemaphorePermit, ApiError> {
         u32::try_from(n)
             .ok()
             .and_then(|n| self.bytes.clone().try_acquire_many_owned(n).ok())
@@ -65,6 +65,13 @@ pub(crate) struct HeldBody {
     pub bytes: Bytes,
     /// The budget taken for it (the bytes its buffer holds).
     _held: OwnedSemaphorePermit,
+}
+
+impl HeldBody {
+    /// `bytes`, holding `held` (taken from the budget for them) until dropped.
+    pub(super) fn new(bytes: Bytes, held: OwnedSemaphorePermit) -> Self {
+        HeldBody { bytes, _held: held }
+    }
 }
 
 /// 413 `too_large`: `what` exceeds `limit` bytes.

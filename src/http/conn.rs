@@ -7,9 +7,10 @@
 //! (`http::head`). A subscribe (`GET /v1/threads/{threadId}/events`, no body) is served here:
 //! the subscription is opened with the same `subscribe::open` the router's handler uses, and
 //! the stream is written by [`stream::write_socket`] straight to the socket, delimited by the
-//! connection's close (RFC 9112 §6.3). Every other connection (publish, health, metrics,
-//! HTTP/2, a subscribe with anything unusual in its head) is handed to hyper and the axum
-//! router, with the bytes read so far put back in front of the socket ([`head::Rewind`]).
+//! connection's close (RFC 9112 §6.3). A plain publish is served here too, with the requests
+//! after it on the kept-alive connection (`publish_front`). Every other connection (health,
+//! metrics, HTTP/2, a request with anything unusual in its head) is handed to hyper and the
+//! axum router, with the bytes read so far put back in front of the socket ([`head::Rewind`]).
 //!
 //! Why not hyper for the common subscribe: a subscriber connection lives for hours and mostly
 //! idles. Through hyper it holds an 8 KiB read buffer, the dispatcher and the body stream's
@@ -19,6 +20,7 @@
 //! Requests are still parsed by a library (`httparse`, hyper's own parser).
 
 use super::head::{self, Parsed, Rewind};
+use super::publish_front::{self, Next, Plain, PlainRules};
 use super::subscribe::{self, Opened, SSE_HEADERS, SubscribeQuery};
 use super::{ApiError, AppState, cors};
 use crate::stream;
@@ -121,7 +123,11 @@ async fn handle(
     // Frames are written whole; Nagle's algorithm would only delay the next one.
     let _ = stream.set_nodelay(true);
     let max_head = state.config.limits.max_head_bytes;
-    match route(&mut stream, HEAD_TIMEOUT, max_head).await {
+    let rules = PlainRules {
+        max_body: state.config.limits.max_body_bytes,
+        cors: state.cors.is_some(),
+    };
+    match route(&mut stream, HEAD_TIMEOUT, max_head, Some(rules)).await {
         // The stream gets a task of its own: a task is as large as the largest state of its
         // future, and what an idle subscriber holds for hours is then only the stream's
         // (`stream::write_socket`), not this function's arguments and its other paths (idle
@@ -133,22 +139,42 @@ async fn handle(
                 tracker.spawn(stream);
             }
         }
-        // Boxed: a task is as large as its largest state, and hyper's connection future would
-        // otherwise make every idle subscriber's task as large as a publisher's.
+        // Boxed, as the paths below: a task is as large as its largest state.
+        Route::Publish(first, read) => {
+            match Box::pin(publish_front::serve(
+                &mut stream,
+                read,
+                first,
+                &state,
+                rules,
+            ))
+            .await
+            {
+                Next::Hyper(read) => {
+                    Box::pin(serve_hyper(
+                        stream,
+                        peer,
+                        read,
+                        router,
+                        watcher,
+                        HyperSettings::of(&state),
+                    ))
+                    .await
+                }
+                Next::Refuse(e) => Box::pin(refuse(stream, e)).await,
+                Next::Done => {}
+            }
+        }
+        // Boxed: hyper's connection future would otherwise make every idle subscriber's task
+        // as large as a publisher's.
         Route::Hyper(read) => {
-            let sse = &state.config.sse;
-            let (write_timeout, send_buffer) = (sse.write_timeout, sse.send_buffer);
             Box::pin(serve_hyper(
                 stream,
                 peer,
                 read,
                 router,
                 watcher,
-                HyperSettings {
-                    write_timeout,
-                    send_buffer,
-                    max_head,
-                },
+                HyperSettings::of(&state),
             ))
             .await
         }
@@ -165,6 +191,9 @@ async fn handle(
 enum Route {
     /// A subscribe request the front serves itself (its head consumed).
     Subscribe(SubscribeRequest),
+    /// A plain publish the front serves itself (`publish_front`), with the bytes read so far
+    /// (its head first).
+    Publish(Plain, Vec<u8>),
     /// Anything else: hyper and the router, given the bytes read so far first.
     Hyper(Bytes),
     /// A first head hyper would refuse (malformed, too large): answered with this error.
@@ -189,10 +218,15 @@ struct SubscribeRequest {
 }
 
 /// Reads the connection's first request head (at most `max_head` bytes, within `patience`)
-/// and decides where the connection goes. An HTTP/2 preface goes to hyper as soon as it is
-/// whole; a connection that sends nothing, or no whole head, within `patience` is
-/// [`Route::Gone`].
-async fn route(stream: &mut TcpStream, patience: Duration, max_head: usize) -> Route {
+/// and decides where the connection goes; plain publishes are served here under `rules`
+/// (`None`: they go to hyper). An HTTP/2 preface goes to hyper as soon as it is whole; a
+/// connection that sends nothing, or no whole head, within `patience` is [`Route::Gone`].
+async fn route(
+    stream: &mut TcpStream,
+    patience: Duration,
+    max_head: usize,
+    rules: Option<PlainRules>,
+) -> Route {
     let deadline = tokio::time::Instant::now() + patience;
     let mut buf: Vec<u8> = Vec::with_capacity(FIRST_READ.min(max_head));
     loop {
@@ -219,12 +253,17 @@ async fn route(stream: &mut TcpStream, patience: Duration, max_head: usize) -> R
         match head::parse(&buf, &mut headers) {
             Ok(Parsed::Partial) => continue,
             Err(e) => return Route::Refuse(e),
-            Ok(Parsed::Complete { req }) => {
+            Ok(Parsed::Complete { req, len }) => {
                 if let Some(sub) = parse_subscribe(&req) {
                     return Route::Subscribe(sub);
                 }
                 if let Err(e) = head::check(&req) {
                     return Route::Refuse(e);
+                }
+                if let Some(p) =
+                    rules.and_then(|rules| publish_front::plain(&req, &buf, len, rules))
+                {
+                    return Route::Publish(p, buf);
                 }
             }
         }
@@ -360,20 +399,42 @@ fn sse_head(cors: &HeaderMap) -> Bytes {
         push_header(&mut head, name, value);
     }
     push_headers(&mut head, cors);
-    end_head(&mut head);
+    end_head(&mut head, true);
     Bytes::from(head)
 }
 
-/// Ends a response head of the front: `connection: close` (the connection ends with the
-/// response), `date` (RFC 9110 §6.6.1) and the blank line.
-fn end_head(head: &mut String) {
-    push_header(head, "connection", "close");
-    push_header(head, "date", &httpdate::fmt_http_date(SystemTime::now()));
-    head.push_str("\r\n");
+/// Ends a response head of the front: `connection: close` when the connection ends with the
+/// response, `date` (RFC 9110 §6.6.1) and the blank line.
+fn end_head(head: &mut String, close: bool) {
+    if close {
+        push_header(head, "connection", "close");
+    }
+    head.push_str("date: ");
+    date(|d| head.push_str(d));
+    head.push_str("\r\n\r\n");
+}
+
+/// Calls `f` with the current time as an HTTP date (RFC 9110 §5.6.7), formatted at most once
+/// per second per worker thread (as hyper caches it).
+pub(super) fn date<R>(f: impl FnOnce(&str) -> R) -> R {
+    thread_local! {
+        static DATE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != secs {
+            *cached = (secs, httpdate::fmt_http_date(now));
+        }
+        f(&cached.1)
+    })
 }
 
 /// Every header of `headers` whose value is visible ASCII.
-fn push_headers(head: &mut String, headers: &HeaderMap) {
+pub(super) fn push_headers(head: &mut String, headers: &HeaderMap) {
     for (name, value) in headers {
         if let Ok(value) = value.to_str() {
             push_header(head, name.as_str(), value);
@@ -391,14 +452,14 @@ fn push_header(head: &mut String, name: &str, value: &str) {
 /// Writes a complete (small: an error's JSON) response with the CORS headers `cors` and
 /// closes the connection.
 async fn write_response(mut stream: TcpStream, resp: Response, cors: &HeaderMap) {
-    let out = encode_response(resp, cors).await;
+    let out = encode_response(resp, cors, true).await;
     let _ = stream.write_all(&out).await;
     let _ = stream.shutdown().await;
 }
 
 /// A complete (small: an error's JSON) response as bytes, with the CORS headers `cors`,
-/// `content-length` and the front's `connection: close` and `date`.
-async fn encode_response(resp: Response, cors: &HeaderMap) -> Vec<u8> {
+/// `content-length`, `date`, and `connection: close` when the connection ends with it.
+pub(super) async fn encode_response(resp: Response, cors: &HeaderMap, close: bool) -> Vec<u8> {
     let (parts, body) = resp.into_parts();
     let body = body
         .collect()
@@ -414,7 +475,7 @@ async fn encode_response(resp: Response, cors: &HeaderMap) -> Vec<u8> {
     push_headers(&mut head, &parts.headers);
     push_headers(&mut head, cors);
     push_header(&mut head, "content-length", &body.len().to_string());
-    end_head(&mut head);
+    end_head(&mut head, close);
     let mut out = head.into_bytes();
     out.extend_from_slice(&body);
     out
@@ -426,7 +487,7 @@ async fn encode_response(resp: Response, cors: &HeaderMap) -> Vec<u8> {
 /// is not lost to a reset.
 async fn refuse(mut stream: TcpStream, e: ApiError) {
     tracing::debug!(error = %e, "request head refused");
-    let out = encode_response(e.into_response(), &HeaderMap::new()).await;
+    let out = encode_response(e.into_response(), &HeaderMap::new(), true).await;
     if stream.write_all(&out).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
@@ -503,6 +564,17 @@ async fn serve_hyper(
     }
 }
 
+impl HyperSettings {
+    /// The settings `state`'s configuration gives.
+    fn of(state: &AppState) -> Self {
+        HyperSettings {
+            write_timeout: state.config.sse.write_timeout,
+            send_buffer: state.config.sse.send_buffer,
+            max_head: state.config.limits.max_head_bytes,
+        }
+    }
+}
+
 /// hyper's smallest read buffer limit (it panics below it).
 const MIN_HYPER_BUFFER: usize = 8192;
 
@@ -538,7 +610,7 @@ mod tests {
     fn parse(head: &str) -> Option<SubscribeRequest> {
         let mut headers = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
         match head::parse(head.as_bytes(), &mut headers) {
-            Ok(Parsed::Complete { req }) => parse_subscribe(&req),
+            Ok(Parsed::Complete { req, .. }) => parse_subscribe(&req),
             _ => None,
         }
     }
@@ -583,7 +655,7 @@ mod tests {
         client.write_all(&H2_PREFACE[..16]).await.expect("write");
         let started = tokio::time::Instant::now();
         assert!(matches!(
-            route(&mut server, patience, 1 << 16).await,
+            route(&mut server, patience, 1 << 16, None).await,
             Route::Gone
         ));
         assert!(started.elapsed() >= patience / 2, "waited for the rest");
@@ -595,7 +667,7 @@ mod tests {
             client.write_all(&H2_PREFACE[10..]).await.expect("write");
             client
         });
-        match route(&mut server, patience, 1 << 16).await {
+        match route(&mut server, patience, 1 << 16, None).await {
             Route::Hyper(read) => assert_eq!(&read[..], H2_PREFACE),
             other => panic!("{other:?}"),
         }
@@ -603,7 +675,7 @@ mod tests {
         // Nothing at all within the patience.
         let (_client, mut server) = pair().await;
         assert!(matches!(
-            route(&mut server, patience, 1 << 16).await,
+            route(&mut server, patience, 1 << 16, None).await,
             Route::Gone
         ));
     }
@@ -619,7 +691,7 @@ mod tests {
             client.write_all(head.as_bytes()).await.expect("write");
             client
         });
-        match route(&mut server, HEAD_TIMEOUT, max).await {
+        match route(&mut server, HEAD_TIMEOUT, max, None).await {
             Route::Subscribe(r) => assert_eq!(r.query.last_event_id.as_deref(), Some(&id[..])),
             other => panic!("{other:?}"),
         }
@@ -632,7 +704,7 @@ mod tests {
             client
         });
         assert_eq!(
-            refused(&route(&mut server, HEAD_TIMEOUT, max).await),
+            refused(&route(&mut server, HEAD_TIMEOUT, max, None).await),
             Some(431)
         );
         drop(server);
@@ -640,14 +712,14 @@ mod tests {
         let (mut client, mut server) = pair().await;
         client.write_all(b"BLAH\r\n\r\n").await.expect("write");
         assert_eq!(
-            refused(&route(&mut server, HEAD_TIMEOUT, max).await),
+            refused(&route(&mut server, HEAD_TIMEOUT, max, None).await),
             Some(400)
         );
         // A publish goes to hyper with everything read so far (head and body).
         let (mut client, mut server) = pair().await;
         let publish = "POST /v1/threads/t/events HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
         client.write_all(publish.as_bytes()).await.expect("write");
-        match route(&mut server, HEAD_TIMEOUT, max).await {
+        match route(&mut server, HEAD_TIMEOUT, max, None).await {
             Route::Hyper(read) => assert_eq!(&read[..], publish.as_bytes()),
             other => panic!("{other:?}"),
         }

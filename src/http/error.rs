@@ -162,6 +162,11 @@ impl ApiError {
         self.0.reason.unwrap_or(self.0.code)
     }
 
+    /// The request field the error names (`field` of the JSON body), if any.
+    pub fn field_name(&self) -> Option<&str> {
+        self.0.field.as_deref()
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.0.status

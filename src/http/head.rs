@@ -34,6 +34,8 @@ pub(super) enum Parsed<'h, 'b> {
     Complete {
         /// The parsed head.
         req: httparse::Request<'h, 'b>,
+        /// Its length in bytes (what follows is the body, or the next request).
+        len: usize,
     },
 }
 
@@ -50,7 +52,7 @@ pub(super) fn parse<'h, 'b>(
     let mut req = httparse::Request::new(headers);
     let status = req.parse(bytes);
     match status {
-        Ok(httparse::Status::Complete(_)) => Ok(Parsed::Complete { req }),
+        Ok(httparse::Status::Complete(len)) => Ok(Parsed::Complete { req, len }),
         Ok(httparse::Status::Partial) => Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => Err(too_large(format!(
             "the request has more than {room} header fields"
@@ -140,9 +142,23 @@ pub(super) fn check(req: &httparse::Request<'_, '_>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A header value as text when it is visible ASCII (and tabs), as `HeaderValue::to_str` reads
+/// it; `None` otherwise.
+pub(super) fn text(value: &[u8]) -> Option<&str> {
+    if value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        // Checked just above: ASCII only.
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
+}
+
 /// A `Content-Length` value: ASCII digits only (no sign, no spaces), below 2^64 − 2 (hyper's
 /// bound).
-fn digits(value: &[u8]) -> Option<u64> {
+pub(super) fn digits(value: &[u8]) -> Option<u64> {
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -243,7 +259,7 @@ mod tests {
     async fn verdict(head: &[u8]) -> Option<(u16, String)> {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let checked = match parse(head, &mut headers) {
-            Ok(Parsed::Complete { req }) => check(&req),
+            Ok(Parsed::Complete { req, .. }) => check(&req),
             Ok(Parsed::Partial) => panic!("partial: {head:?}"),
             Err(e) => Err(e),
         };

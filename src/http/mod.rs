@@ -19,6 +19,7 @@ mod head;
 mod ingest_sse;
 mod ops;
 mod publish;
+mod publish_front;
 mod snapshot;
 mod subscribe;
 

@@ -3,9 +3,9 @@
 //! ingest (`ingest_sse`) appends events as they arrive and stops at the first invalid one,
 //! saying how many were appended before it.
 
-use super::auth::Action;
-use super::body::{self, too_large};
-use super::{ApiError, AppState};
+use super::auth::{Action, Credentials};
+use super::body::{self, HeldBody, too_large};
+use super::{ApiError, AppState, head};
 use crate::event::{EventType, ThreadId, ValidEvent, validate_event, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
@@ -19,35 +19,159 @@ use serde_json::Value;
 
 /// The body formats publish accepts, from `Content-Type` (parameters such as `charset` ignored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BodyFormat {
+pub(super) enum BodyFormat {
+    /// `application/json`: one event object or an array of them.
     Json,
+    /// `application/x-ndjson`: one event object per line.
     Ndjson,
+    /// `text/event-stream`: an AG-UI SSE stream piped in (`ingest_sse`).
     EventStream,
 }
 
-fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
-    let raw = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = raw
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
-        "application/json" => Ok(BodyFormat::Json),
-        "application/x-ndjson" => Ok(BodyFormat::Ndjson),
-        "text/event-stream" => Ok(BodyFormat::EventStream),
-        _ => Err(ApiError::new(
+/// The body format a raw `Content-Type` value names.
+///
+/// # Errors
+/// 415 `unsupported_media_type` for anything else (or no header).
+pub(super) fn body_format(content_type: Option<&[u8]>) -> Result<BodyFormat, ApiError> {
+    let raw = content_type.and_then(head::text).unwrap_or("");
+    let essence = raw.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(BodyFormat::Json)
+    } else if essence.eq_ignore_ascii_case("application/x-ndjson") {
+        Ok(BodyFormat::Ndjson)
+    } else if essence.eq_ignore_ascii_case("text/event-stream") {
+        Ok(BodyFormat::EventStream)
+    } else {
+        Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
                 "Content-Type must be application/json, application/x-ndjson or text/event-stream (got {raw:?})"
             ),
-        )),
+        ))
     }
+}
+
+/// What a publish reads of its request head, whichever side parsed it (hyper for the router,
+/// or the connection front, `publish_front`): the raw value of the first of each header, and
+/// every `Cookie`.
+#[derive(Debug, Default)]
+pub(super) struct PublishHead<'a> {
+    /// `Authorization`.
+    pub authorization: Option<&'a [u8]>,
+    /// Every `Cookie` (only read when authentication is on).
+    pub cookies: Vec<&'a [u8]>,
+    /// `Content-Type`.
+    pub content_type: Option<&'a [u8]>,
+    /// `X-Producer-Id` and `X-Producer-Seq`.
+    pub producer_id: Option<&'a [u8]>,
+    /// See `producer_id`.
+    pub producer_seq: Option<&'a [u8]>,
+}
+
+impl<'a> PublishHead<'a> {
+    fn of(headers: &'a HeaderMap, auth: bool) -> Self {
+        let get = |name| headers.get(name).map(|v| v.as_bytes());
+        PublishHead {
+            authorization: get(header::AUTHORIZATION.as_str()),
+            cookies: if auth {
+                headers
+                    .get_all(header::COOKIE)
+                    .iter()
+                    .map(|v| v.as_bytes())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            content_type: get(header::CONTENT_TYPE.as_str()),
+            producer_id: get("x-producer-id"),
+            producer_seq: get("x-producer-seq"),
+        }
+    }
+}
+
+/// A publish whose head passed its checks (thread id, token, format, producer): what its
+/// body is appended with.
+#[derive(Debug)]
+pub(super) struct Checked {
+    /// The thread.
+    pub thread: ThreadId,
+    /// The body's format.
+    pub format: BodyFormat,
+    /// The producer of an idempotent publish.
+    pub producer: Option<Producer>,
+}
+
+/// A publish's checks before its body is read, in the order answered: the `{threadId}` path
+/// segment `thread` (percent-decoded), the token (`Authorization`, cookies, the `query`'s
+/// `access_token`; PROTOCOL §8), `Content-Type`, the producer headers.
+///
+/// # Errors
+/// 400 `invalid_thread_id`, 401/403, 415 `unsupported_media_type`, 400 `invalid_producer`.
+pub(super) fn check_head(
+    state: &AppState,
+    thread: &str,
+    query: Option<&str>,
+    head: &PublishHead<'_>,
+) -> Result<Checked, ApiError> {
+    let thread = parse_thread(thread)?;
+    // Before the body is read: a refused producer costs no parsing.
+    if state.auth.is_some() {
+        let token = query_token(query);
+        let credentials = Credentials {
+            authorization: head.authorization,
+            query_token: token.as_deref(),
+            cookies: &head.cookies,
+        };
+        state.authorize(credentials, &thread, Action::Publish)?;
+    }
+    let format = body_format(head.content_type)?;
+    let producer = producer(head.producer_id, head.producer_seq)?;
+    Ok(Checked {
+        thread,
+        format,
+        producer,
+    })
+}
+
+/// Appends a JSON or NDJSON body read whole (all-or-nothing) and counts the events.
+///
+/// # Errors
+/// 400 `invalid_json` / `invalid_event` (with the event's `index`), 413 `too_large` for an
+/// event over `limits.max_event_bytes`, the order rules' and the log's errors.
+pub(super) async fn append_body(
+    state: &AppState,
+    checked: &Checked,
+    held: HeldBody,
+) -> Result<Reply, ApiError> {
+    let (bytes, thread) = (&held.bytes, &checked.thread);
+    let max_event = state.config.limits.max_event_bytes;
+    let events = match checked.format {
+        BodyFormat::Json => parse_json_body(bytes, thread, max_event)?,
+        _ => parse_ndjson_body(bytes, thread, max_event)?,
+    };
+    if events.is_empty() {
+        return Err(ApiError::invalid_event("the body holds no event", None));
+    }
+    let appended = state
+        .ingest
+        .append(thread, &events, checked.producer.as_ref())
+        .await?;
+    // The body's share of the node's budget is given back once the append is done.
+    drop(held);
+    let ids = &appended.ids;
+    count_published(&events[appended.duplicates..]);
+    Ok(reply(
+        ids.len(),
+        ids.first(),
+        ids.last(),
+        appended.duplicates,
+    ))
+}
+
+/// Counts a refused publish in `agui_publish_rejected_total` by its reason.
+pub(super) fn count_rejected(e: &ApiError) {
+    metrics::counter!(m::REJECTED, "reason" => e.reason()).increment(1);
 }
 
 /// The `access_token` query parameter (RFC 6750 §2.3), if the query has one and parses.
@@ -81,11 +205,8 @@ pub(super) async fn publish(
 ) -> Result<Json<Reply>, ApiError> {
     let Path(thread) = path?;
     let result = publish_inner(&state, &thread, query.as_deref(), &headers, body).await;
-    match &result {
-        Ok(_) => {}
-        Err(e) => {
-            metrics::counter!(m::REJECTED, "reason" => e.reason()).increment(1);
-        }
+    if let Err(e) = &result {
+        count_rejected(e);
     }
     result
 }
@@ -97,53 +218,32 @@ async fn publish_inner(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Json<Reply>, ApiError> {
-    let thread = parse_thread(thread)?;
-    // Before the body is read: a refused producer costs no parsing.
-    let token = query_token(query);
-    state.authorize_headers(headers, token.as_deref(), &thread, Action::Publish)?;
-    let format = body_format(headers)?;
-    let producer = producer(headers)?;
-    if format == BodyFormat::EventStream {
-        return super::ingest_sse::ingest(state, &thread, body, producer).await;
+    let head = PublishHead::of(headers, state.auth.is_some());
+    let checked = check_head(state, thread, query, &head)?;
+    if checked.format == BodyFormat::EventStream {
+        return super::ingest_sse::ingest(state, &checked.thread, body, checked.producer).await;
     }
-    // Held (with its share of the node's body budget) until the publish is answered.
+    // Held (with its share of the node's body budget) until the append is done.
     let held = body::read_whole(body, headers, &state.config.limits, &state.bodies).await?;
-    let bytes = &held.bytes;
-    let events = match format {
-        BodyFormat::Json => parse_json_body(bytes, &thread, state.config.limits.max_event_bytes)?,
-        _ => parse_ndjson_body(bytes, &thread, state.config.limits.max_event_bytes)?,
-    };
-    if events.is_empty() {
-        return Err(ApiError::invalid_event("the body holds no event", None));
-    }
-    let appended = state
-        .ingest
-        .append(&thread, &events, producer.as_ref())
-        .await?;
-    let ids = &appended.ids;
-    count_published(&events[appended.duplicates..]);
-    Ok(Json(reply(
-        ids.len(),
-        ids.first(),
-        ids.last(),
-        appended.duplicates,
-    )))
+    append_body(state, &checked, held).await.map(Json)
 }
 
 /// Largest `X-Producer-Seq` accepted: 2^63 − 1.
 const MAX_PRODUCER_SEQ: u64 = i64::MAX as u64;
 
-/// `X-Producer-Id` and `X-Producer-Seq` (PROTOCOL §2 idempotent retries): both or neither.
+/// `X-Producer-Id` and `X-Producer-Seq` (PROTOCOL §2 idempotent retries), raw: both or neither.
 ///
 /// # Errors
 /// 400 `invalid_producer` naming the header.
-fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
-    let get = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+fn producer(id: Option<&[u8]>, seq: Option<&[u8]>) -> Result<Option<Producer>, ApiError> {
+    fn text(v: &[u8]) -> &str {
+        head::text(v).unwrap_or("\u{fffd}")
+    }
     let bad = |field: &str, message: &str| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_producer", message)
             .field(Some(field.into()))
     };
-    match (get("x-producer-id"), get("x-producer-seq")) {
+    match (id.map(text), seq.map(text)) {
         (None, None) => Ok(None),
         (Some(id), Some(seq)) => {
             ThreadId::parse(id).map_err(|e| {
@@ -305,25 +405,41 @@ mod tests {
 
     #[test]
     fn content_types() {
-        let mut h = HeaderMap::new();
+        let format = |v: &[u8]| body_format(Some(v));
         assert_eq!(
-            body_format(&h).unwrap_err().status(),
+            body_format(None).unwrap_err().status(),
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
-        h.insert(
-            header::CONTENT_TYPE,
-            "Application/JSON; charset=utf-8".parse().unwrap(),
+        assert_eq!(
+            format(b"Application/JSON; charset=utf-8").unwrap(),
+            BodyFormat::Json
         );
-        assert_eq!(body_format(&h).unwrap(), BodyFormat::Json);
-        h.insert(
-            header::CONTENT_TYPE,
-            "application/x-ndjson".parse().unwrap(),
+        assert_eq!(format(b"application/x-ndjson").unwrap(), BodyFormat::Ndjson);
+        assert_eq!(
+            format(b"text/event-stream").unwrap(),
+            BodyFormat::EventStream
         );
-        assert_eq!(body_format(&h).unwrap(), BodyFormat::Ndjson);
-        h.insert(header::CONTENT_TYPE, "text/event-stream".parse().unwrap());
-        assert_eq!(body_format(&h).unwrap(), BodyFormat::EventStream);
-        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
-        assert!(body_format(&h).is_err());
+        assert!(format(b"text/plain").is_err());
+        // Not visible ASCII: refused as hyper's `HeaderValue::to_str` would read it (empty).
+        let e = format(b"application/json\xff").unwrap_err();
+        assert!(e.to_string().contains(r#"(got "")"#), "{e}");
+    }
+
+    #[test]
+    fn producer_headers() {
+        assert!(producer(None, None).unwrap().is_none());
+        let p = producer(Some(b"worker-1"), Some(b"7")).unwrap().unwrap();
+        assert_eq!((p.id.as_str(), p.seq), ("worker-1", 7));
+        for (id, seq, field) in [
+            (Some(&b"worker-1"[..]), None, "X-Producer-Seq"),
+            (None, Some(&b"7"[..]), "X-Producer-Id"),
+            (Some(&b"worker-1"[..]), Some(&b"0"[..]), "X-Producer-Seq"),
+            (Some(&b"w\xff"[..]), Some(&b"1"[..]), "X-Producer-Id"),
+        ] {
+            let e = producer(id, seq).unwrap_err();
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+            assert_eq!(e.field_name(), Some(field), "{e}");
+        }
     }
 
     #[test]
