@@ -214,6 +214,32 @@ async fn refused_publishes_keep_the_connection_and_append_nothing() {
     assert_eq!(ids, ["m3"], "{snap}");
 }
 
+/// A head refused before its body came is answered at once, as the router answers it, and
+/// the connection closed (its body is never read); a body cut by the client gets
+/// `body_error`.
+#[tokio::test]
+async fn refused_heads_are_answered_before_their_body() {
+    let server = broker::start_memory().await;
+    let t = broker::thread_id("front-early");
+    let mut c = Conn::open(server.addr).await;
+    c.send("POST /v1/threads/bad%20id/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 16000000\r\n\r\n{\"a\":")
+        .await;
+    let a = c.answer().await;
+    assert_eq!(a.status, 400, "{a:?}");
+    assert_eq!(a.body["error"]["code"], "invalid_thread_id");
+    assert!(a.has("connection: close"), "{}", a.head);
+    assert!(c.closed().await, "closed after the answer");
+    // The client stops sending halfway (a half-close): 400 `body_error`.
+    let mut c = Conn::open(server.addr).await;
+    let request = publish(&t, &run_started(&t), "");
+    c.send(&request[..request.len() - 5]).await;
+    c.s.shutdown().await.expect("half-close");
+    let a = c.answer().await;
+    assert_eq!(a.status, 400, "{a:?}");
+    assert_eq!(a.body["error"]["code"], "body_error");
+    assert!(a.has("connection: close"), "{}", a.head);
+}
+
 #[tokio::test]
 async fn other_requests_on_the_connection_go_to_hyper() {
     let server = broker::start_memory().await;

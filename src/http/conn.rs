@@ -162,6 +162,7 @@ async fn handle(
                     .await
                 }
                 Next::Refuse(e) => Box::pin(refuse(stream, e)).await,
+                Next::Close(out) => Box::pin(close_after(stream, &out)).await,
                 Next::Done => {}
             }
         }
@@ -481,14 +482,19 @@ pub(super) async fn encode_response(resp: Response, cors: &HeaderMap, close: boo
     out
 }
 
-/// Answers a refused first head with its JSON error (no CORS headers: the head could not be
-/// read), then closes the connection without resetting it: what the client still sends is
-/// read and dropped for a moment (at most [`LINGER`] and [`LINGER_BYTES`]), so that the answer
-/// is not lost to a reset.
-async fn refuse(mut stream: TcpStream, e: ApiError) {
+/// Answers a refused head with its JSON error (no CORS headers: the head could not be read),
+/// then closes the connection ([`close_after`]).
+async fn refuse(stream: TcpStream, e: ApiError) {
     tracing::debug!(error = %e, "request head refused");
     let out = encode_response(e.into_response(), &HeaderMap::new(), true).await;
-    if stream.write_all(&out).await.is_err() || stream.shutdown().await.is_err() {
+    close_after(stream, &out).await;
+}
+
+/// Writes the last answer `out` and closes the connection without resetting it: what the
+/// client still sends is read and dropped for a moment (at most [`LINGER`] and
+/// [`LINGER_BYTES`]), so that the answer is not lost to a reset (RFC 9112 §9.6).
+async fn close_after(mut stream: TcpStream, out: &[u8]) {
+    if stream.write_all(out).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
     let _ = tokio::time::timeout(LINGER, async {

@@ -12,13 +12,13 @@
 //! parsed by a library (`httparse`).
 
 use super::body::HeldBody;
-use super::conn::{HEAD_TIMEOUT, date, encode_response, push_headers};
+use super::conn::{FIRST_READ, HEAD_TIMEOUT, date, encode_response, push_headers};
 use super::head::{self, Parsed};
 use super::publish::{self, BodyFormat, PublishHead};
 use super::{ApiError, AppState, cors};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -78,6 +78,10 @@ pub(super) fn plain(
         return None;
     }
     let target = req.path?;
+    // A fragment (which `http::Uri` strips, RFC 9110 §4.2.5) is hyper's to read.
+    if target.contains('#') {
+        return None;
+    }
     let (path, query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
@@ -156,6 +160,9 @@ pub(super) enum Next {
     Hyper(Bytes),
     /// A head hyper would refuse: answered with this error, and closed.
     Refuse(ApiError),
+    /// This last answer, then the close (without a reset: see `conn::close_after`): what the
+    /// client still sends of its request is not read.
+    Close(Vec<u8>),
     /// The connection is over: closed by either side, failed, idle past [`HEAD_TIMEOUT`], or
     /// the node stopped accepting.
     Done,
@@ -196,34 +203,42 @@ pub(super) async fn serve(
                 .and_then(|r| std::str::from_utf8(&buf[r]).ok());
             publish::check_head(state, &thread, query, &head)
         };
-        // The body is read whole even when the head was refused, so that the next request
-        // starts where this one ends; it counts against the node's budget only when kept.
         let admitted = checked.and_then(|c| state.bodies.take(req.body_len).map(|held| (c, held)));
-        match read_body(stream, &mut buf, end, admitted.is_ok(), limits.body_timeout).await {
-            Ok(()) => {}
-            Err(BodyFailed::TimedOut) => {
-                let e = body_timeout(limits.body_timeout);
-                publish::count_rejected(&e);
-                let out = encode_response(e.into_response(), &cors, true).await;
-                let _ = write_all(stream, &out, write_timeout).await;
-                return Next::Done;
-            }
-            Err(BodyFailed::Closed) => return Next::Done,
-        }
-        let result = match admitted {
-            Ok((checked, held)) => {
-                let body = Bytes::copy_from_slice(&buf[req.head_len..end]);
-                publish::append_body(state, &checked, HeldBody::new(body, held)).await
-            }
-            Err(e) => Err(e),
-        };
-        consume(&mut buf, end);
-        let close = req.close || state.draining.load(Ordering::Relaxed);
-        let out = match result {
-            Ok(reply) => ok_response(&reply, &cors, close),
+        let draining = || state.draining.load(Ordering::Relaxed);
+        let (out, close) = match admitted {
+            // Answered at once, as the router answers it: the body is not read for a refused
+            // head. The connection goes on only when the whole body is here already.
             Err(e) => {
                 publish::count_rejected(&e);
-                encode_response(e.into_response(), &cors, close).await
+                if buf.len() < end {
+                    return Next::Close(encode_response(e.into_response(), &cors, true).await);
+                }
+                consume(&mut buf, end);
+                let close = req.close || draining();
+                (
+                    encode_response(e.into_response(), &cors, close).await,
+                    close,
+                )
+            }
+            Ok((checked, held)) => {
+                let body = match read_body(stream, &mut buf, &req, limits.body_timeout).await {
+                    Ok(body) => body,
+                    Err(e) => {
+                        publish::count_rejected(&e);
+                        return Next::Close(encode_response(e.into_response(), &cors, true).await);
+                    }
+                };
+                let held = HeldBody::new(Bytes::from(body), held);
+                let result = publish::append_body(state, &checked, held).await;
+                let close = req.close || draining();
+                let out = match result {
+                    Ok(reply) => ok_response(&reply, &cors, close),
+                    Err(e) => {
+                        publish::count_rejected(&e);
+                        encode_response(e.into_response(), &cors, close).await
+                    }
+                };
+                (out, close)
             }
         };
         if write_all(stream, &out, write_timeout).await.is_err() || close {
@@ -237,6 +252,10 @@ pub(super) async fn serve(
     }
 }
 
+/// A buffer capacity above which a kept-alive connection's buffer is given back once it
+/// holds little (a large head was read into it).
+const SHRINK_ABOVE: usize = 4 * FIRST_READ;
+
 /// Drops the first `n` bytes of `buf` (a served request), keeping what follows.
 fn consume(buf: &mut Vec<u8>, n: usize) {
     if n >= buf.len() {
@@ -244,55 +263,48 @@ fn consume(buf: &mut Vec<u8>, n: usize) {
     } else {
         buf.drain(..n);
     }
+    if buf.capacity() > SHRINK_ABOVE && buf.len() <= FIRST_READ {
+        buf.shrink_to(FIRST_READ);
+    }
 }
 
-/// Why a body could not be read.
-enum BodyFailed {
-    /// Not whole within `limits.body_timeout`.
-    TimedOut,
-    /// The connection closed or failed.
-    Closed,
-}
-
-/// Reads until `buf` holds `end` bytes (the head and the body), within `patience`. When the
-/// body is not kept (`keep` false: a refused head, or no budget for it), its bytes are read
-/// and dropped as they come, so they never accumulate outside the budget.
+/// The body of `req` in a buffer of its own, of exactly its size (what the node's budget
+/// counts): the part already in `buf` (consumed from it with the head), the rest read within
+/// `patience` straight into it, never past its end (what follows is the next request's).
+///
+/// # Errors
+/// 408 `body_timeout`; 400 `body_error` when the connection closes or fails first (as
+/// `body::read_whole` answers them).
 async fn read_body(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
-    end: usize,
-    keep: bool,
+    req: &Plain,
     patience: Duration,
-) -> Result<(), BodyFailed> {
-    if buf.len() >= end {
-        return Ok(());
-    }
+) -> Result<Vec<u8>, ApiError> {
+    let here = buf.len().min(req.head_len + req.body_len);
+    let mut body = Vec::with_capacity(req.body_len);
+    body.extend_from_slice(&buf[req.head_len..here]);
+    consume(buf, here);
     let read = async {
-        if keep {
-            buf.reserve_exact(end - buf.len());
-            while buf.len() < end {
-                if stream.read_buf(buf).await.map_err(|_| BodyFailed::Closed)? == 0 {
-                    return Err(BodyFailed::Closed);
-                }
+        while body.len() < req.body_len {
+            let left = req.body_len - body.len();
+            match stream.read_buf(&mut (&mut body).limit(left)).await {
+                Ok(0) => return Err("the connection closed before the body was whole".into()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
             }
-        } else {
-            let mut left = end - buf.len();
-            let mut scratch = [0u8; 4096];
-            while left > 0 {
-                let want = left.min(scratch.len());
-                match stream.read(&mut scratch[..want]).await {
-                    Ok(0) | Err(_) => return Err(BodyFailed::Closed),
-                    Ok(n) => left -= n,
-                }
-            }
-            // Stand-ins for the dropped bytes, so that `end` still marks the next request.
-            buf.resize(end, 0);
         }
         Ok(())
     };
-    tokio::time::timeout(patience, read)
-        .await
-        .map_err(|_| BodyFailed::TimedOut)?
+    match tokio::time::timeout(patience, read).await {
+        Ok(Ok(())) => Ok(body),
+        Ok(Err(why)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "body_error",
+            format!("could not read the body: {why}"),
+        )),
+        Err(_) => Err(body_timeout(patience)),
+    }
 }
 
 /// 408 `body_timeout`, as `body::read_whole` answers it.
@@ -387,7 +399,7 @@ async fn next_head(
                 Err(e) => return Head::Other(Next::Refuse(e)),
             }
         }
-        buf.reserve(super::conn::FIRST_READ);
+        buf.reserve(FIRST_READ);
         let read = tokio::select! {
             biased;
             _ = state.drain_ended.cancelled() => return Head::Other(Next::Done),

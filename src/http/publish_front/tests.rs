@@ -61,6 +61,8 @@ fn anything_unusual_goes_to_hyper() {
         format!("POST /v1/threads/a/b/events HTTP/1.1\r\n{JSON}Content-Length: 2\r\n\r\n"),
         format!("POST /v1/threads/%FF/events HTTP/1.1\r\n{JSON}Content-Length: 2\r\n\r\n"),
         format!("POST /v1/agents/x HTTP/1.1\r\n{JSON}Content-Length: 2\r\n\r\n"),
+        // a fragment (`http::Uri` strips it)
+        format!("POST /v1/threads/t/events?a=1#x HTTP/1.1\r\n{JSON}Content-Length: 2\r\n\r\n"),
         // no length, a body too large, framing and upgrades
         format!("POST /v1/threads/t/events HTTP/1.1\r\n{JSON}\r\n"),
         format!("POST /v1/threads/t/events HTTP/1.1\r\n{JSON}Content-Length: 1001\r\n\r\n"),
@@ -90,4 +92,9 @@ fn served_requests_leave_what_follows() {
     assert_eq!(buf, b"NEXT");
     consume(&mut buf, 4);
     assert!(buf.is_empty());
+    // A buffer a large head grew is given back once it holds little.
+    let mut buf = vec![b'x'; 64 << 10];
+    consume(&mut buf, (64 << 10) - 10);
+    assert_eq!(buf.len(), 10);
+    assert!(buf.capacity() <= SHRINK_ABOVE, "{}", buf.capacity());
 }
