@@ -127,19 +127,9 @@ async fn handle(
         max_body: state.config.limits.max_body_bytes,
         cors: state.cors.is_some(),
     };
-    match route(&mut stream, HEAD_TIMEOUT, max_head, Some(rules)).await {
-        // The stream gets a task of its own: a task is as large as the largest state of its
-        // future, and what an idle subscriber holds for hours is then only the stream's
-        // (`stream::write_socket`), not this function's arguments and its other paths (idle
-        // RSS per connection: loadtest/REPORT.md, session 11).
-        Route::Subscribe(req) => {
-            // Boxed: opening (the token, the hub, the log) would make every connection's task,
-            // a keep-alive publisher's included, as large as its state.
-            if let Some(stream) = Box::pin(start_subscribe(stream, peer, req, state)).await {
-                tracker.spawn(stream);
-            }
-        }
-        // Boxed, as the paths below: a task is as large as its largest state.
+    let route = match route(&mut stream, HEAD_TIMEOUT, max_head, Some(rules)).await {
+        // Boxed, as the paths below: a task is as large as its largest state. What the front
+        // does not serve of the connection goes on as a first head would.
         Route::Publish(first, read) => {
             match Box::pin(publish_front::serve(
                 &mut stream,
@@ -150,20 +140,24 @@ async fn handle(
             ))
             .await
             {
-                Next::Hyper(read) => {
-                    Box::pin(serve_hyper(
-                        stream,
-                        peer,
-                        read,
-                        router,
-                        watcher,
-                        HyperSettings::of(&state),
-                    ))
-                    .await
-                }
-                Next::Refuse(e) => Box::pin(refuse(stream, e)).await,
-                Next::Close(out) => Box::pin(close_after(stream, &out)).await,
-                Next::Done => {}
+                Next::Hyper(read) => Route::Hyper(read),
+                Next::Refuse(e) => Route::Refuse(e),
+                Next::Close(out) => return Box::pin(close_after(stream, &out)).await,
+                Next::Done => Route::Gone,
+            }
+        }
+        other => other,
+    };
+    match route {
+        // The stream gets a task of its own: a task is as large as the largest state of its
+        // future, and what an idle subscriber holds for hours is then only the stream's
+        // (`stream::write_socket`), not this function's arguments and its other paths (idle
+        // RSS per connection: loadtest/REPORT.md, session 11).
+        Route::Subscribe(req) => {
+            // Boxed: opening (the token, the hub, the log) would make every connection's task,
+            // a keep-alive publisher's included, as large as its state.
+            if let Some(stream) = Box::pin(start_subscribe(stream, peer, req, state)).await {
+                tracker.spawn(stream);
             }
         }
         // Boxed: hyper's connection future would otherwise make every idle subscriber's task
@@ -183,7 +177,8 @@ async fn handle(
         // idle subscribers' included, 8 KiB larger (idle RSS per connection 3.4 -> 12.3 KB,
         // loadtest/REPORT.md session 10).
         Route::Refuse(e) => Box::pin(refuse(stream, e)).await,
-        Route::Gone => {}
+        // (A publish was served above.)
+        Route::Publish(..) | Route::Gone => {}
     }
 }
 
