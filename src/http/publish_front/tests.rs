@@ -1,3 +1,4 @@
+//! Unit tests of what the publish front counts as a plain publish head and what it leaves in the buffer after serving one.
 use super::*;
 
 const RULES: PlainRules = PlainRules {
