@@ -244,6 +244,39 @@ fn an_idle_writer_lets_the_fan_out_write_through_the_sink() {
     assert_eq!(seqs(&sink.got.lock()), vec![1, 2, 6]);
 }
 
+/// A socket [`Sink`] that gives the queue its descriptor and must never be asked to send.
+struct FdSink(std::os::unix::net::UnixStream);
+
+impl Sink for FdSink {
+    fn send(&self, _: &[u8]) -> std::io::Result<usize> {
+        panic!("a sink with a descriptor is written with send(2) on it, not through send")
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.0.as_raw_fd())
+    }
+}
+
+#[test]
+fn a_sink_with_a_descriptor_is_written_with_send_on_it_until_detached() {
+    use std::io::Read;
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+    ours.set_nonblocking(true).expect("non-blocking");
+    let q = ConnQueue::new(limits(10), StreamPos::ZERO, false, None);
+    q.attach_sink(Arc::new(FdSink(ours)));
+    assert_eq!(q.push_live(&[frame(1)]), Ok(Pushed::Written));
+    assert_eq!(q.push_live(&[frame(2)]), Ok(Pushed::Written));
+    let want = [frame(1).bytes, frame(2).bytes].concat();
+    let mut got = vec![0u8; want.len()];
+    peer.read_exact(&mut got).expect("the frames on the socket");
+    assert_eq!(got, want);
+    // Detached: the descriptor is forgotten with the sink (it closes with the writer's handle).
+    q.detach_sink();
+    assert_eq!(q.push_live(&[frame(3)]), Ok(Pushed::Queued));
+    assert_eq!(ids(q.try_drain()), vec![3]);
+}
+
 #[test]
 fn the_rest_of_a_partial_direct_write_goes_out_first() {
     let (q, sink) = with_sink(10);

@@ -5,6 +5,7 @@
 
 use super::{ConnQueue, Frame, Inner};
 use bytes::Bytes;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 
 /// Where the fan-out may write a frame itself: the subscriber's socket, lent by its writer
@@ -17,6 +18,27 @@ pub trait Sink: Send + Sync {
     /// `WouldBlock` when nothing fits now (the writer then waits for room), or the connection's
     /// error (the writer notices it too).
     fn send(&self, buf: &[u8]) -> std::io::Result<usize>;
+
+    /// The socket's file descriptor, when `send` is exactly `send(2)` on it: the queue then
+    /// keeps the descriptor beside the sink and calls `send(2)` itself, without reaching
+    /// into the sink (a cache miss per subscriber at 10,000 connections). `None` (the
+    /// default): every write goes through [`Sink::send`].
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// `send(2)` on `fd` without waiting (`MSG_NOSIGNAL` on Linux, as socket2 sends).
+///
+/// Measured (perf, threads 1,000 × 10 at 3,000 events/s, `tokens`): the write through the
+/// sink spent ~1 % of the broker's CPU (~4.5 % of its user CPU) in `TcpStream::as_fd`, the
+/// load of the socket's struct on the way to its descriptor.
+fn send_fd(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: `fd` is the descriptor of the sink kept beside it in the same `Inner`; both are
+    // only set, replaced or dropped under the queue's lock, which the caller holds, so the
+    // descriptor stays open (and is the same socket) for this call.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&fd).send(buf)
 }
 
 impl ConnQueue {
@@ -24,12 +46,16 @@ impl ConnQueue {
     /// is idle. The writer calls [`ConnQueue::writer_done`] after each of its own writes and
     /// [`ConnQueue::detach_sink`] when it ends.
     pub fn attach_sink(&self, sink: Arc<dyn Sink>) {
-        self.inner.lock().sink = Some(sink);
+        let mut q = self.inner.lock();
+        q.sink_fd = sink.raw_fd();
+        q.sink = Some(sink);
     }
 
     /// Forgets the sink (the writer ended): the connection closes with the writer's handle.
     pub fn detach_sink(&self) {
-        self.inner.lock().sink = None;
+        let mut q = self.inner.lock();
+        q.sink = None;
+        q.sink_fd = None;
     }
 
     /// The writer finished writing what it took: the socket is free again.
@@ -44,6 +70,7 @@ impl ConnQueue {
     pub fn take_socket(&self) -> Option<Bytes> {
         let mut q = self.inner.lock();
         q.sink = None;
+        q.sink_fd = None;
         q.writer_busy = true;
         q.partial.take()
     }
@@ -80,7 +107,11 @@ impl Inner {
         {
             return false;
         }
-        match sink.send(&frame.bytes) {
+        let sent = match self.sink_fd {
+            Some(fd) => send_fd(fd, &frame.bytes),
+            None => sink.send(&frame.bytes),
+        };
+        match sent {
             Ok(n) => {
                 if n < frame.bytes.len() {
                     self.partial = Some(frame.bytes.slice(n..));

@@ -193,6 +193,8 @@ struct Inner {
     /// The subscriber's socket, when its writer writes to the raw socket (see
     /// [`ConnQueue::attach_sink`]): the hub may then write a frame itself.
     sink: Option<Arc<dyn Sink>>,
+    /// The sink's descriptor ([`Sink::raw_fd`]), set and cleared with `sink`.
+    sink_fd: Option<std::os::fd::RawFd>,
     /// The writer holds bytes it took and has not finished writing (or is writing a
     /// heartbeat): nobody else may write to the socket meanwhile.
     writer_busy: bool,
@@ -225,6 +227,7 @@ impl ConnQueue {
                 bridges: None,
                 closed: None,
                 sink: None,
+                sink_fd: None,
                 writer_busy: false,
                 partial: None,
             }),

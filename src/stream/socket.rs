@@ -181,6 +181,11 @@ impl Sink for TcpStream {
     fn send(&self, buf: &[u8]) -> std::io::Result<usize> {
         socket2::SockRef::from(self).send(buf)
     }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.as_raw_fd())
+    }
 }
 
 /// Bytes in the socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`, Linux);
