@@ -83,6 +83,22 @@ pub struct Common {
     /// broker with authentication on (PROTOCOL §8); `agui-fanout token` makes one.
     #[arg(long, global = true)]
     pub bearer: Option<String>,
+    /// What an event's end-to-end latency counts from: `send` (the time its `POST` went out)
+    /// or `due` (the time the open-loop schedule meant it to go out, so the time it waited
+    /// behind its connection's previous `POST` counts too: the correction for coordinated
+    /// omission; closed-loop publishing has no due time and stamps the send time).
+    #[arg(long, global = true, value_enum, default_value_t = LatencyFrom::Send)]
+    pub latency_from: LatencyFrom,
+}
+
+/// Where end-to-end latency starts (`--latency-from`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LatencyFrom {
+    /// The event's `POST` went out.
+    Send,
+    /// The event was due by the open-loop schedule.
+    Due,
 }
 
 /// Publishing and measuring options of the streaming scenarios.

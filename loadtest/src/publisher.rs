@@ -49,6 +49,9 @@ pub struct PubConfig {
     pub max_batch: u64,
     /// Builds the events.
     pub writer: EventWriter,
+    /// Stamp each `POST`'s events with the due time of its oldest event rather than the send
+    /// time (`--latency-from due`).
+    pub stamp_due: bool,
 }
 
 /// What the publishers did in one step.
@@ -245,17 +248,24 @@ pub async fn run(
     out
 }
 
-/// Sends `n` events of `t` (numbered from its `acked`) in one `POST`; advances `acked` on
-/// success. Returns whether it succeeded.
+/// The events one `POST` carries: how many, and when the oldest was due (open loop).
+struct Next {
+    count: u64,
+    due: Option<Instant>,
+}
+
+/// Sends `batch.count` events of `t` (numbered from its `acked`) in one `POST`; advances
+/// `acked` on success. Returns whether it succeeded.
 async fn send(
     conn: &mut Option<HttpConn>,
     target: &Target,
     source: Option<std::net::IpAddr>,
     t: &ThreadPub,
-    n: u64,
+    batch: Next,
     cfg: &PubConfig,
     stats: &mut PubStats,
 ) -> bool {
+    let Next { count: n, due } = batch;
     let first = t.acked.load(Ordering::Relaxed);
     t.sent.store(first + n, Ordering::Relaxed);
     if conn.is_none() {
@@ -270,7 +280,14 @@ async fn send(
         }
     }
     let Some(c) = conn.as_mut() else { return false };
-    let body = Bytes::from(cfg.writer.batch(&t.name, first, n, unix_ns()));
+    let now_ns = unix_ns();
+    let stamp = match due {
+        Some(due) if cfg.stamp_due => {
+            now_ns.saturating_sub(due.elapsed().as_nanos().try_into().unwrap_or(u64::MAX))
+        }
+        _ => now_ns,
+    };
+    let body = Bytes::from(cfg.writer.batch(&t.name, first, n, stamp));
     let sent_at = Instant::now();
     match c.post_json(&t.path, body).await {
         Ok(r) if is_success(r.status) => {
@@ -371,7 +388,11 @@ async fn open_loop_conn(
         let n = (q.len() as u64).min(cfg.max_batch.max(1));
         let t = &threads[local];
         let send_at = Instant::now();
-        if send(&mut conn, &target, source, t, n, &cfg, &mut stats).await {
+        let next = Next {
+            count: n,
+            due: q.front().copied(),
+        };
+        if send(&mut conn, &target, source, t, next, &cfg, &mut stats).await {
             attempts = 0;
             for due in q.drain(..n as usize) {
                 stats::record(
@@ -421,7 +442,10 @@ async fn closed_loop_conn(
             &target,
             source,
             t,
-            cfg.max_batch.max(1),
+            Next {
+                count: cfg.max_batch.max(1),
+                due: None,
+            },
             &cfg,
             &mut stats,
         )

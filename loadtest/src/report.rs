@@ -120,6 +120,13 @@ pub fn markdown(o: &Outcome, paths: &[PathBuf]) -> String {
     if !o.checks.warnings.is_empty() {
         md.push('\n');
     }
+    if o.env["latency_from"] == "due" {
+        let _ = writeln!(
+            md,
+            "End-to-end latency counts from each event's due time (`--latency-from due`: the \
+             wait behind its connection's previous `POST` included).\n"
+        );
+    }
     let _ = writeln!(
         md,
         "Target {} (broker pid {}), load generator on {} worker thread(s), {} source address(es).\n",

@@ -158,6 +158,7 @@ pub async fn run(cli: Cli, workers: usize) -> Result<bool> {
         "broker_pid": common.broker_pid,
         "loadgen_pid": std::process::id(),
         "workers": workers,
+        "latency_from": common.latency_from,
         "cpus_available": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "nofile_before": nofile_before,
         "nofile_after": nofile_after,
@@ -410,6 +411,7 @@ impl<'a> Session<'a> {
             conns: plan.load.publish_conns.max(1),
             max_batch: plan.load.max_batch.max(1),
             writer,
+            stamp_due: ctx.common.latency_from == crate::LatencyFrom::Due,
         };
         let mut s = Session {
             ctx,
