@@ -63,11 +63,15 @@ fn live_buffer_is_bounded_by_events_and_bytes() {
 }
 
 fn text_frame(seq: u64, delta: &str) -> Frame {
+    message_frame(seq, "m", delta)
+}
+
+fn message_frame(seq: u64, message: &str, delta: &str) -> Frame {
     let id = EventId {
         epoch: Epoch(1),
         pos: StreamPos::new(0, seq),
     };
-    let ev = serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta});
+    let ev = serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":message,"delta":delta});
     let merge = MergeKey::of(EventType::TextMessageContent, &ev, true, None);
     Frame::new(
         id,
@@ -92,6 +96,36 @@ fn a_full_buffer_is_coalesced_before_it_overflows() {
     assert_eq!(text.matches("data: ").count(), 1, "{text}");
     assert!(text.starts_with("id: 00000001-0-20\n"), "{text}");
     assert!(text.contains(&"ab".repeat(20)), "{text}");
+}
+
+#[test]
+fn a_full_buffer_compacted_push_by_push_ends_as_one_coalescing_of_everything() {
+    // Runs of two messages' deltas, alternating: each push into the full buffer coalesces
+    // only what came after the last compaction (with its last frame).
+    let mut all = Vec::new();
+    for run in 0..6u64 {
+        let message = if run % 2 == 0 { "x" } else { "y" };
+        for i in 0..5 {
+            let seq = run * 5 + i + 1;
+            all.push(message_frame(seq, message, &format!("{seq} ")));
+        }
+    }
+    let q = ConnQueue::new(limits(8), StreamPos::ZERO, false, None);
+    for f in &all {
+        assert!(q.push_live(std::slice::from_ref(f)).is_ok());
+        assert!(q.pending().0 <= 8);
+    }
+    let mut once = all.clone();
+    agui_fanout::queue::coalesce::coalesce(&mut once, |_, _| None);
+    assert_eq!(once.len(), 6);
+    let Some(Drained::Frames(batch)) = q.try_drain() else {
+        panic!("frames expected")
+    };
+    let want: Vec<u8> = once.iter().flat_map(|f| f.bytes.to_vec()).collect();
+    assert_eq!(
+        String::from_utf8(batch.concat().to_vec()).unwrap(),
+        String::from_utf8(want).unwrap()
+    );
 }
 
 /// A [`BridgeSource`] that installs a fixed bridge at a fixed position, counting calls.

@@ -171,6 +171,10 @@ struct Inner {
     backfill_done: bool,
     live: VecDeque<Frame>,
     live_bytes: usize,
+    /// The leading frames of `live` a compaction already coalesced (no two neighbours among
+    /// them merge): the next compaction starts at the last of them. Meaningful while `live`
+    /// is not empty; a push into an empty `live` sets it back to 0.
+    compacted: usize,
     /// Last position written to the client; frames at or before it are skipped.
     last: StreamPos,
     /// A reset bridge not yet taken by the writer; it goes out before the live buffer, which
@@ -219,6 +223,7 @@ impl ConnQueue {
                 backfill_done: !backfill,
                 live: VecDeque::new(),
                 live_bytes: 0,
+                compacted: 0,
                 last: after,
                 bridge: None,
                 skipped: Skipped::default(),
@@ -278,6 +283,9 @@ impl ConnQueue {
                 return Ok(Pushed::Written);
             }
             let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
+            if q.live.is_empty() {
+                q.compacted = 0;
+            }
             q.live.extend(frames.iter().cloned());
             q.live_bytes += bytes;
             PENDING_EVENTS.fetch_add(added, Ordering::Relaxed);
@@ -544,12 +552,21 @@ fn count_coalesced(merged: Vec<(crate::event::EventType, u64)>) {
     }
 }
 
-/// Coalesces the live buffer in place and recomputes its byte count.
+/// Coalesces the live buffer in place and updates its byte count. Only what came after the
+/// last compaction is coalesced, with the last frame of that compaction (the only one the new
+/// frames can merge with: merging is by equal keys, so runs never reach further back). Why: a
+/// stalled subscriber's full buffer is compacted at every push, inside the fan-out's loop over
+/// the thread's subscribers; walking and cloning the whole buffer made each such push cost
+/// O(`max_events`) instead of O(frames pushed since).
 fn compact(q: &mut Inner) {
-    let mut frames: Vec<Frame> = q.live.drain(..).collect();
-    let before = frames.len() as i64;
+    let start = q.compacted.min(q.live.len()).saturating_sub(1);
+    let mut frames: Vec<Frame> = q.live.drain(start..).collect();
+    let before = frames.len();
+    let before_bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
     count_coalesced(coalesce(&mut frames, apply_patch));
-    PENDING_EVENTS.fetch_sub(before - frames.len() as i64, Ordering::Relaxed);
-    q.live_bytes = frames.iter().map(|f| f.bytes.len()).sum();
+    PENDING_EVENTS.fetch_sub((before - frames.len()) as i64, Ordering::Relaxed);
+    q.live_bytes =
+        q.live_bytes - before_bytes + frames.iter().map(|f| f.bytes.len()).sum::<usize>();
     q.live.extend(frames);
+    q.compacted = q.live.len();
 }
