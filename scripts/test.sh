@@ -12,9 +12,11 @@
 #   4. runs `cargo test --all-targets --no-fail-fast` and `cargo test --doc`, then the load
 #      generator's smoke run (loadtest/smoke.sh) and the fault suite's short form
 #      (loadtest/faults/run.sh: private redis-servers and brokers, about 2-3 minutes);
-#   5. checks deploy/ (scripts/check-deploy.sh: the Kubernetes overlays render, validate and pass
+#   5. frees a subscriber that vanished without closing its connection within heartbeat +
+#      write_timeout (scripts/vanished-peer.sh: a network namespace of its own, root, iproute2);
+#   6. checks deploy/ (scripts/check-deploy.sh: the Kubernetes overlays render, validate and pass
 #      checkov; the alert rules pass promtool's check and unit tests; installs its own tools).
-#   6. runs the rolling-deploy test's short form (deploy/rolling/run.sh --short: a Redis Cluster,
+#   7. runs the rolling-deploy test's short form (deploy/rolling/run.sh --short: a Redis Cluster,
 #      brokers behind HAProxy, Prometheus; installs haproxy and prometheus; 3-4 minutes).
 # Exits with the first failing step's code. A Redis started here is left running.
 set -euo pipefail
@@ -127,6 +129,7 @@ log "cargo test --doc"
 cargo test --doc || { doc_status=$?; [[ $status -ne 0 ]] || status=$doc_status; }
 bash loadtest/smoke.sh || { smoke_status=$?; [[ $status -ne 0 ]] || status=$smoke_status; }
 bash loadtest/faults/run.sh || { faults_status=$?; [[ $status -ne 0 ]] || status=$faults_status; }
+bash scripts/vanished-peer.sh || { vanished_status=$?; [[ $status -ne 0 ]] || status=$vanished_status; }
 bash scripts/check-deploy.sh || { deploy_status=$?; [[ $status -ne 0 ]] || status=$deploy_status; }
 bash deploy/rolling/run.sh --short || { rolling_status=$?; [[ $status -ne 0 ]] || status=$rolling_status; }
 if [[ $status -eq 0 ]]; then

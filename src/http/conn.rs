@@ -122,6 +122,7 @@ async fn handle(
 ) {
     // Frames are written whole; Nagle's algorithm would only delay the next one.
     let _ = stream.set_nodelay(true);
+    super::liveness::set_liveness(&stream, state.config.sse.write_timeout);
     let max_head = state.config.limits.max_head_bytes;
     let rules = PlainRules {
         max_body: state.config.limits.max_body_bytes,

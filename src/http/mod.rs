@@ -17,6 +17,7 @@ mod draining;
 mod error;
 mod head;
 mod ingest_sse;
+mod liveness;
 mod ops;
 mod publish;
 mod publish_front;
