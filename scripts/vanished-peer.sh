@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A subscriber that vanishes without closing its connection (no FIN, no RST: a laptop closed,
 # a NAT entry dropped) is freed within sse.heartbeat + sse.write_timeout (issue 17, item 4),
-# not after the kernel's ~15 minutes of retransmissions.
+# not after the kernel's ~15 minutes of retransmissions: its writer sees, at a heartbeat tick,
+# bytes outstanding and no ACK for write_timeout (src/stream/socket.rs `peer_vanished`).
 #
 # Real parts, nothing global touched: the broker (debug build) runs in a network namespace of
 # its own (`unshare -n`, root), with a subscriber that is a bash /dev/tcp socket; once the

@@ -157,6 +157,14 @@ async fn stream_socket(s: &mut SocketStream) {
                     s.st.pending = batch;
                     s.ending = true;
                 }
+                Some(Wake::Heartbeat) if peer_vanished(&s.io, s.st.settings.write_timeout) => {
+                    tracing::debug!(
+                        "subscriber acknowledged nothing for the write timeout; disconnecting"
+                    );
+                    metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout")
+                        .increment(1);
+                    return;
+                }
                 Some(Wake::Heartbeat) => match s.st.on_heartbeat() {
                     // A frame the hub wrote partly goes first: skip this heartbeat.
                     Some(bytes) if s.st.queue.begin_own_write() => s.st.pending = Batch::one(bytes),
@@ -185,6 +193,42 @@ impl Sink for TcpStream {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         Some(self.as_raw_fd())
+    }
+}
+
+/// Whether the peer vanished without closing the connection (no FIN, no RST: a laptop closed,
+/// a NAT entry dropped): bytes are outstanding and no ACK at all came for `limit`
+/// (`sse.write_timeout`). Checked at every heartbeat tick, so such a subscriber is freed within
+/// heartbeat + `limit`, not after the kernel's ~15 minutes of retransmissions. A slow reader,
+/// or one that stopped reading, still acknowledges (data, window probes) and is left to
+/// [`write_waiting`]'s progress check. Not `TCP_USER_TIMEOUT`: its persist-timer accounting
+/// ended live readers with small windows.
+fn peer_vanished(io: &TcpStream, limit: Duration) -> bool {
+    if unsent_bytes(io).is_none_or(|n| n == 0) {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `tcp_info` is plain integers (all-zero is valid); `getsockopt(TCP_INFO)`
+        // writes at most `len` bytes of it for the open socket `io` borrows.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                io.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&raw mut info).cast(),
+                &mut len,
+            )
+        };
+        rc == 0 && u128::from(info.tcpi_last_ack_recv) >= limit.as_millis()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = limit;
+        false
     }
 }
 
