@@ -123,18 +123,24 @@ impl EventWriter {
 
     /// A JSON array of `count` events of `thread` numbered from `first_seq`, all stamped
     /// `ts_ns` (a batch of one is the bare object).
+    #[cfg(test)]
     pub fn batch(&self, thread: &str, first_seq: u64, count: u64, ts_ns: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity((count as usize) * 256);
-        if count == 1 {
-            self.write(&mut out, thread, first_seq, ts_ns);
+        self.batch_stamped(thread, first_seq, &vec![ts_ns; count as usize])
+    }
+
+    /// As [`Self::batch`], the `i`-th event stamped `stamps[i]` (one event per stamp).
+    pub fn batch_stamped(&self, thread: &str, first_seq: u64, stamps: &[u64]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(stamps.len() * 256);
+        if let [ts_ns] = stamps {
+            self.write(&mut out, thread, first_seq, *ts_ns);
             return out;
         }
         out.push(b'[');
-        for i in 0..count {
+        for (i, ts_ns) in (0u64..).zip(stamps) {
             if i > 0 {
                 out.push(b',');
             }
-            self.write(&mut out, thread, first_seq + i, ts_ns);
+            self.write(&mut out, thread, first_seq + i, *ts_ns);
         }
         out.push(b']');
         out

@@ -49,8 +49,7 @@ pub struct PubConfig {
     pub max_batch: u64,
     /// Builds the events.
     pub writer: EventWriter,
-    /// Stamp each `POST`'s events with the due time of its oldest event rather than the send
-    /// time (`--latency-from due`).
+    /// Stamp each event with its due time rather than the send time (`--latency-from due`).
     pub stamp_due: bool,
 }
 
@@ -248,10 +247,11 @@ pub async fn run(
     out
 }
 
-/// The events one `POST` carries: how many, and when the oldest was due (open loop).
+/// The events one `POST` carries: how many, and when each was due (open loop; empty for
+/// closed loop).
 struct Next {
     count: u64,
-    due: Option<Instant>,
+    dues: Vec<Instant>,
 }
 
 /// Sends `batch.count` events of `t` (numbered from its `acked`) in one `POST`; advances
@@ -265,7 +265,7 @@ async fn send(
     cfg: &PubConfig,
     stats: &mut PubStats,
 ) -> bool {
-    let Next { count: n, due } = batch;
+    let Next { count: n, dues } = batch;
     let first = t.acked.load(Ordering::Relaxed);
     t.sent.store(first + n, Ordering::Relaxed);
     if conn.is_none() {
@@ -281,13 +281,17 @@ async fn send(
     }
     let Some(c) = conn.as_mut() else { return false };
     let now_ns = unix_ns();
-    let stamp = match due {
-        Some(due) if cfg.stamp_due => {
-            now_ns.saturating_sub(due.elapsed().as_nanos().try_into().unwrap_or(u64::MAX))
-        }
-        _ => now_ns,
+    // Each event stamped with its own due time (`--latency-from due`), else the send time.
+    let stamps: Vec<u64> = if cfg.stamp_due && dues.len() as u64 == n {
+        dues.iter()
+            .map(|due| {
+                now_ns.saturating_sub(due.elapsed().as_nanos().try_into().unwrap_or(u64::MAX))
+            })
+            .collect()
+    } else {
+        vec![now_ns; n as usize]
     };
-    let body = Bytes::from(cfg.writer.batch(&t.name, first, n, stamp));
+    let body = Bytes::from(cfg.writer.batch_stamped(&t.name, first, &stamps));
     let sent_at = Instant::now();
     match c.post_json(&t.path, body).await {
         Ok(r) if is_success(r.status) => {
@@ -390,7 +394,7 @@ async fn open_loop_conn(
         let send_at = Instant::now();
         let next = Next {
             count: n,
-            due: q.front().copied(),
+            dues: q.iter().take(n as usize).copied().collect(),
         };
         if send(&mut conn, &target, source, t, next, &cfg, &mut stats).await {
             attempts = 0;
@@ -444,7 +448,7 @@ async fn closed_loop_conn(
             t,
             Next {
                 count: cfg.max_batch.max(1),
-                due: None,
+                dues: Vec::new(),
             },
             &cfg,
             &mut stats,
