@@ -197,16 +197,13 @@ impl Sink for TcpStream {
 }
 
 /// Whether the peer vanished without closing the connection (no FIN, no RST: a laptop closed,
-/// a NAT entry dropped): bytes are outstanding and no ACK at all came for `limit`
-/// (`sse.write_timeout`). Checked at every heartbeat tick, so such a subscriber is freed within
+/// a NAT entry dropped): segments sent are unacknowledged and no ACK at all came for `limit`
+/// (`sse.write_timeout`), both read with one `getsockopt(TCP_INFO)`. Checked at every heartbeat tick, so such a subscriber is freed within
 /// heartbeat + `limit`, not after the kernel's ~15 minutes of retransmissions. A slow reader,
 /// or one that stopped reading, still acknowledges (data, window probes) and is left to
 /// [`write_waiting`]'s progress check. Not `TCP_USER_TIMEOUT`: its persist-timer accounting
 /// ended live readers with small windows.
 fn peer_vanished(io: &TcpStream, limit: Duration) -> bool {
-    if unsent_bytes(io).is_none_or(|n| n == 0) {
-        return false;
-    }
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -223,7 +220,7 @@ fn peer_vanished(io: &TcpStream, limit: Duration) -> bool {
                 &mut len,
             )
         };
-        rc == 0 && u128::from(info.tcpi_last_ack_recv) >= limit.as_millis()
+        rc == 0 && info.tcpi_unacked > 0 && u128::from(info.tcpi_last_ack_recv) >= limit.as_millis()
     }
     #[cfg(not(target_os = "linux"))]
     {
