@@ -111,6 +111,9 @@ struct Attempt<'a> {
     producer: Option<&'a Producer>,
     /// Set when the cached fold was just caught up with the log.
     caught_up: bool,
+    /// The head the batch was appended right after, when the log's appends are final
+    /// ([`EventLog::appends_final`]): the hub may then fan it out at once.
+    appended_on: Option<LogHead>,
 }
 
 /// The publish pipeline. Cheap to clone.
@@ -199,7 +202,7 @@ impl Ingest {
         }
         if !self.keeps_fold() && producer.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
-            self.hand_over(thread, &ids, events);
+            self.hand_over(thread, None, &ids, events);
             return Ok(Appended { ids, duplicates: 0 });
         }
         let cached = self.cached(thread);
@@ -210,10 +213,20 @@ impl Ingest {
             events,
             producer,
             caught_up: false,
+            appended_on: None,
         };
         for _ in 0..MAX_ATTEMPTS {
             if let Some(appended) = self.try_append(&mut attempt, &mut c).await? {
-                self.hand_over(thread, &appended.ids, &events[appended.duplicates..]);
+                // Still under the thread's lock: this node's appends reach the hub in order.
+                // No `.await` between the append and this call: a handed-over append
+                // (`AppendExtras::handed_over`) always reaches the hub, which wakes the tail
+                // unless it fans the batch out itself.
+                self.hand_over(
+                    thread,
+                    attempt.appended_on,
+                    &appended.ids,
+                    &events[appended.duplicates..],
+                );
                 return Ok(appended);
             }
         }
@@ -223,10 +236,23 @@ impl Ingest {
         )
     }
 
-    /// Hands the appended events' values to the hub, if one was given.
-    fn hand_over(&self, thread: &ThreadId, ids: &[EventId], appended: &[ValidEvent]) {
+    /// Whether a conditional append is handed over to the hub with its head
+    /// ([`AppendExtras::handed_over`]): a hub was given and the log's appends are final.
+    fn hands_over(&self) -> bool {
+        self.shared.hub.get().is_some() && self.shared.log.appends_final()
+    }
+
+    /// Hands the appended events to the hub, if one was given; `on`: the head they were
+    /// appended right after, when [`Ingest::hands_over`].
+    fn hand_over(
+        &self,
+        thread: &ThreadId,
+        on: Option<LogHead>,
+        ids: &[EventId],
+        appended: &[ValidEvent],
+    ) {
         if let Some(hub) = self.shared.hub.get() {
-            hub.appended(thread, ids, appended);
+            hub.appended(thread, on, ids, appended);
         }
     }
 
@@ -292,9 +318,12 @@ impl Ingest {
         };
         let extras = self.extras(&checked, a);
         match self.shared.log.append_if(thread, batch, head, extras).await {
-            Ok(ids) => Ok(Some(Self::record_append(
-                c, ids, head, fold, checked, batch, skip,
-            ))),
+            Ok(ids) => {
+                a.appended_on = self.hands_over().then_some(head);
+                Ok(Some(Self::record_append(
+                    c, ids, head, fold, checked, batch, skip,
+                )))
+            }
             Err(LogError::Conflict(now)) => {
                 // Someone else appended (or the log was recreated): catch up, check again.
                 c.at = None;
@@ -386,6 +415,7 @@ impl Ingest {
                 id: p.id.clone(),
                 last_seq: p.seq + a.events.len() as u64 - 1,
             }),
+            handed_over: self.hands_over(),
         }
     }
 

@@ -80,6 +80,7 @@ async fn producer_marks_are_stored_with_the_append(f: Fixture) {
             id: id.into(),
             last_seq,
         }),
+        handed_over: false,
     };
     log.append_if(&thread, &events(0..3), head, mark("p1", 3))
         .await
@@ -267,6 +268,7 @@ async fn candidate_within_min_gap_is_dropped(f: Fixture) {
         candidate: Some(candidate(upto)),
         candidate_min_gap: 10,
         producer: None,
+        handed_over: false,
     };
     let mut ids = log.append(&thread, &evs[..10]).await.unwrap();
     // No pending checkpoint yet: stored whatever the gap.

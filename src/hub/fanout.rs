@@ -8,12 +8,13 @@
 //! at the log's head, or ends the thread's streams.
 
 use super::{Hub, ThreadHub, ThreadState};
-use crate::event::{EventType, ThreadId};
+use crate::event::{EventType, ThreadId, ValidEvent};
 use crate::fold::{Applied, load_fold};
-use crate::log::{LogEntry, LogHead, ResumeGap, StreamPos, TailItem};
+use crate::log::{EventId, LogEntry, LogHead, ResumeGap, StreamPos, TailItem};
 use crate::metrics as m;
 use crate::queue::Frame;
 use crate::queue::{CloseReason, MergeKey, Pushed, ResetCause};
+use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -135,57 +136,148 @@ impl Hub {
         }
     }
 
-    /// Folds and encodes `entries` once, under the thread's lock, and pushes the frames into
-    /// every subscriber's queue; a queue still full after coalescing is reset, or closed.
+    /// Folds and encodes the tail's `entries` once, under the thread's lock, and pushes the
+    /// frames into every subscriber's queue; a queue still full after coalescing is reset, or
+    /// closed. Entries the fan-out already passed (fanned out at publish: [`Hub::fan_out_local`])
+    /// are skipped unparsed.
     fn fan_out(&self, thread: &ThreadId, entries: &[LogEntry]) {
         let Some(th) = self.followed(thread) else {
             return;
         };
-        // The values this node parsed at publish (`ahead.rs`); the others parsed outside the
-        // lock (once per event per node).
-        let mut values: Vec<Option<Arc<Value>>> = if self.shared.ahead.load(Ordering::Relaxed) > 0 {
+        // The values this node parsed at publish (`ahead.rs`); the others are parsed outside
+        // the lock (once per event per node), except those already fanned out.
+        let (mut values, cursor): (Vec<Option<Arc<Value>>>, _) = {
             let mut st = th.state.lock();
-            entries.iter().map(|e| st.ahead.take(e)).collect()
-        } else {
-            vec![None; entries.len()]
+            let (cursor, epoch) = (st.cursor, st.head.map(|h| h.epoch));
+            let keeps_ahead = self.shared.ahead.load(Ordering::Relaxed) > 0;
+            let values = entries
+                .iter()
+                .map(|e| {
+                    if e.id.pos <= cursor || Some(e.id.epoch) != epoch {
+                        None
+                    } else if keeps_ahead {
+                        st.ahead.take(e)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            (values, cursor)
         };
         for (v, e) in values.iter_mut().zip(entries) {
-            if v.is_none() {
+            if v.is_none() && e.id.pos > cursor {
                 *v = serde_json::from_slice(&e.json).ok().map(Arc::new);
             }
         }
         let born = Instant::now();
         let mut st = th.state.lock();
+        let fanned = self.fan_out_locked(
+            &mut st,
+            thread,
+            born,
+            entries.iter().zip(&values).map(|(e, v)| Entry {
+                id: e.id,
+                event_type: e.event_type,
+                json: &e.json,
+                value: v.as_deref(),
+            }),
+        );
+        drop(st);
+        fanned.record(&th, thread);
+    }
+
+    /// Fans out a batch this node just appended, from its publish (see [`LocalAppends`]): the
+    /// batch directly follows the fan-out's cursor, so the frames go out without waiting for
+    /// the tail (which brings the same entries back later; [`Hub::fan_out`] skips them).
+    /// `st` is the thread's locked state.
+    ///
+    /// [`LocalAppends`]: crate::log::LocalAppends
+    pub(super) fn fan_out_local(
+        &self,
+        th: &ThreadHub,
+        mut st: parking_lot::MutexGuard<'_, ThreadState>,
+        thread: &ThreadId,
+        ids: &[EventId],
+        events: &[ValidEvent],
+    ) {
+        let fanned = self.fan_out_locked(
+            &mut st,
+            thread,
+            Instant::now(),
+            ids.iter().zip(events).map(|(id, e)| Entry {
+                id: *id,
+                event_type: e.event_type,
+                json: &e.json,
+                value: Some(&e.parsed),
+            }),
+        );
+        drop(st);
+        if let Some(last) = fanned.frames.last() {
+            self.shared.tail.passed(thread, last.id);
+        }
+        fanned.record(th, thread);
+    }
+
+    /// The fan-out itself, under the thread's lock: folds and encodes each entry after the
+    /// cursor once, pushes the frames into every subscriber's queue, moves the cursor.
+    fn fan_out_locked<'a>(
+        &self,
+        st: &mut ThreadState,
+        thread: &ThreadId,
+        born: Instant,
+        entries: impl Iterator<Item = Entry<'a>>,
+    ) -> Fanned {
         let cursor = st.cursor;
         let epoch = st.head.map(|h| h.epoch);
-        let mut frames: Vec<Frame> = Vec::with_capacity(entries.len());
-        for (e, v) in entries.iter().zip(&values) {
-            // The tail may repeat entries after a re-follow: skip those; and entries of an
-            // earlier follow's epoch still in the channel when a subscribe retired its thread
-            // hub (`Hub::decide`).
+        let mut frames: Vec<Frame> = Vec::with_capacity(entries.size_hint().0);
+        for e in entries {
+            // The tail may repeat entries after a re-follow, or bring back what was fanned out
+            // at publish: skip those; and entries of an earlier follow's epoch still in the
+            // channel when a subscribe retired its thread hub (`Hub::decide`).
             if e.id.pos <= cursor || Some(e.id.epoch) != epoch {
                 continue;
             }
-            let merge = match v {
-                Some(v) => fold_event(&mut st, thread, e.event_type, v),
+            // Not parsed before the lock only when it was behind the cursor then; a
+            // discontinuity's reset may have moved the cursor since.
+            let parsed;
+            let value = match e.value {
+                Some(v) => Some(v),
+                None => {
+                    parsed = serde_json::from_slice::<Value>(e.json).ok();
+                    parsed.as_ref()
+                }
+            };
+            let merge = match value {
+                Some(v) => fold_event(st, thread, e.event_type, v),
                 None => MergeKey::Never,
             };
             frames.push(
-                Frame::new(e.id, e.event_type, &e.json, born, merge).with_view(st.view.clone()),
+                Frame::new(e.id, e.event_type, e.json, born, merge).with_view(st.view.clone()),
             );
         }
-        let Some(last) = frames.last() else { return };
+        let mut fanned = Fanned {
+            frames,
+            cursor_before: cursor,
+            born,
+            written: 0,
+            resets: 0,
+            overflowed: 0,
+            receivers: 0,
+        };
+        let Some(last) = fanned.frames.last() else {
+            return fanned;
+        };
         let last_id = last.id;
         st.cursor = last_id.pos;
         if let Some(head) = st.head.as_mut() {
             head.last = last_id.pos;
         }
-        let (mut resets, mut overflowed) = (0u64, 0u64);
         // Frames written at once, counted in `agui_publish_to_write_seconds` in groups: one
         // clock read per group instead of per write (a group spans ~0.1 ms of writes).
-        let mut written = 0usize;
+        let frames = &fanned.frames;
+        let (mut written, mut resets, mut overflowed) = (0usize, 0u64, 0u64);
         st.subscribers.retain(|(_, q)| {
-            match q.push_live(&frames) {
+            match q.push_live(frames) {
                 Ok(Pushed::Written) => {
                     written += 1;
                     if written == WRITES_PER_SAMPLE {
@@ -207,36 +299,70 @@ impl Hub {
             overflowed += 1;
             false
         });
-        let receivers = st.subscribers.len() as u64;
-        drop(st);
+        fanned.written = written;
+        fanned.resets = resets;
+        fanned.overflowed = overflowed;
+        fanned.receivers = st.subscribers.len() as u64;
+        fanned
+    }
+}
+
+/// One log entry as the fan-out takes it: from the tail (its value parsed, or not) or from
+/// this node's publish (the value validation parsed).
+struct Entry<'a> {
+    id: EventId,
+    event_type: EventType,
+    json: &'a Bytes,
+    value: Option<&'a Value>,
+}
+
+/// What one fan-out did, recorded in the metrics once the thread's lock is dropped.
+struct Fanned {
+    frames: Vec<Frame>,
+    /// The cursor before the fan-out.
+    cursor_before: StreamPos,
+    born: Instant,
+    /// Writes not yet counted in `agui_publish_to_write_seconds`.
+    written: usize,
+    resets: u64,
+    overflowed: u64,
+    /// Subscribers after the fan-out.
+    receivers: u64,
+}
+
+impl Fanned {
+    /// Records the fan-out in the metrics and wakes the backfills waiting for the epoch's
+    /// first entries.
+    fn record(self, th: &ThreadHub, thread: &ThreadId) {
+        let Some(oldest) = self.frames.first() else {
+            return;
+        };
         // The tail's lag, once per batch, from its oldest new entry: the memory log's ids carry
         // no time (0), Redis ids carry the server's clock in milliseconds.
-        if let Some(oldest) = frames.first()
-            && oldest.id.pos.ms > 0
-        {
+        if oldest.id.pos.ms > 0 {
             m::record_append_to_read(oldest.id.pos.ms);
         }
-        if cursor == StreamPos::ZERO {
+        if self.cursor_before == StreamPos::ZERO {
             // The epoch's first entries: a backfill waiting for them can build its prelude.
             th.first_entries.notify_waiters();
         }
-        if written > 0 {
-            m::record_publish_to_writes(born, written);
+        if self.written > 0 {
+            m::record_publish_to_writes(self.born, self.written);
         }
-        if resets > 0 {
-            tracing::debug!(%thread, resets, "slow subscribers reset to a snapshot");
-            metrics::counter!(m::RESETS, "cause" => "overflow").increment(resets);
+        if self.resets > 0 {
+            tracing::debug!(%thread, resets = self.resets, "slow subscribers reset to a snapshot");
+            metrics::counter!(m::RESETS, "cause" => "overflow").increment(self.resets);
         }
-        if overflowed > 0 {
-            tracing::info!(%thread, overflowed, "slow subscribers disconnected (queue full, no bridge possible)");
+        if self.overflowed > 0 {
+            tracing::info!(%thread, overflowed = self.overflowed, "slow subscribers disconnected (queue full, no bridge possible)");
             metrics::counter!(m::DISCONNECTS, "cause" => CloseReason::Overflow.as_str())
-                .increment(overflowed);
+                .increment(self.overflowed);
         }
-        if receivers > 0 {
+        if self.receivers > 0 {
             static DELIVERED: m::CounterTable =
                 m::CounterTable::new(m::DELIVERED, "type", EventType::NAMES);
-            for f in &frames {
-                DELIVERED.increment(f.event_type as usize, receivers);
+            for f in &self.frames {
+                DELIVERED.increment(f.event_type as usize, self.receivers);
             }
         }
     }

@@ -74,6 +74,12 @@ use tokio_util::sync::CancellationToken;
 /// Capacity of the channel from the log's tail to the hub's dispatcher, in tail items.
 const TAIL_CHANNEL: usize = 1024;
 
+/// Most subscribers of a thread for which a publish fans its batch out itself (see
+/// [`LocalAppends`]): the publisher's answer waits for those writes (~1–3 µs each here), and a
+/// large fan-out is better left to the dispatcher, which batches the entries that came
+/// meanwhile into one push per subscriber.
+const INLINE_SUBSCRIBERS: usize = 64;
+
 /// The hub. Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
 pub struct Hub {
@@ -211,11 +217,19 @@ impl Hub {
     }
 }
 
-/// The publish path's hand-over (`ahead.rs`): when the thread is followed here, the values wait
-/// for the fan-out, which then does not parse them again; a map lookup for a thread nobody
-/// follows here.
+/// The publish path's hand-over. A batch appended right after the fan-out's cursor, on a log
+/// whose appends are final (the memory log), is fanned out at once from the publish, unless the
+/// thread has more than [`INLINE_SUBSCRIBERS`] subscribers here; otherwise its values wait for
+/// the fan-out (`ahead.rs`), which then does not parse them again. A map lookup for a thread
+/// nobody follows here.
 impl LocalAppends for Hub {
-    fn appended(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]) {
+    fn appended(
+        &self,
+        thread: &ThreadId,
+        on: Option<LogHead>,
+        ids: &[EventId],
+        events: &[ValidEvent],
+    ) {
         let Some(th) = self.followed(thread) else {
             return;
         };
@@ -223,12 +237,25 @@ impl LocalAppends for Hub {
         let Some(head) = st.head.filter(|_| !st.removed) else {
             return;
         };
+        if let Some(on) = on
+            && on.epoch == head.epoch
+            && on.last == st.cursor
+            && st.subscribers.len() <= INLINE_SUBSCRIBERS
+        {
+            self.fan_out_local(&th, st, thread, ids, events);
+            return;
+        }
         let after = EventId {
             epoch: head.epoch,
             pos: st.cursor,
         };
         for (id, e) in ids.iter().zip(events) {
             st.ahead.keep(after, *id, &e.json, &e.parsed);
+        }
+        drop(st);
+        if on.is_some() {
+            // A handed-over append: the log did not wake the tail for it.
+            self.shared.tail.wake(thread);
         }
     }
 }

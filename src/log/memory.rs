@@ -299,6 +299,7 @@ impl MemoryLog {
             candidate,
             candidate_min_gap,
             producer,
+            handed_over,
         } = extras;
         let log = self.thread(thread);
         let retention = &self.shared.retention;
@@ -335,8 +336,11 @@ impl MemoryLog {
             inner.retain(retention, candidate, candidate_min_gap, now);
             ids
         };
-        // Lock dropped before waking the tail.
-        log.appended.notify_waiters();
+        // Lock dropped before waking the tail; a batch handed over to the hub is its to fan
+        // out, or to wake the tail for (`Tail::wake`).
+        if !handed_over {
+            log.appended.notify_waiters();
+        }
         Ok(ids)
     }
 
@@ -531,6 +535,11 @@ impl EventLog for MemoryLog {
         Ok(())
     }
 
+    /// One process holds the log: nothing else appends, nothing acknowledged is lost.
+    fn appends_final(&self) -> bool {
+        true
+    }
+
     fn start_tail(
         &self,
         sink: mpsc::Sender<TailItem>,
@@ -545,12 +554,20 @@ impl EventLog for MemoryLog {
     }
 }
 
-/// Follows threads of a [`MemoryLog`]: one light task per followed thread, woken by appends.
+/// Follows threads of a [`MemoryLog`]: one light task per followed thread, woken by appends
+/// (or by [`Tail::wake`] for those handed over to the hub).
 struct MemoryTail {
     log: MemoryLog,
     sink: mpsc::Sender<TailItem>,
     shutdown: CancellationToken,
-    followers: DashMap<ThreadId, CancellationToken>,
+    followers: DashMap<ThreadId, Follower>,
+}
+
+/// One follow of a thread.
+struct Follower {
+    stop: CancellationToken,
+    /// Where the hub fanned out by itself ([`Tail::passed`]): the task reads after it.
+    passed: Arc<Mutex<Option<EventId>>>,
 }
 
 /// Largest batch a tail task hands to the hub at once.
@@ -559,8 +576,13 @@ const TAIL_BATCH: usize = 512;
 impl Tail for MemoryTail {
     fn follow(&self, thread: ThreadId, epoch: Epoch, after: StreamPos) {
         let stop = self.shutdown.child_token();
-        if let Some(old) = self.followers.insert(thread.clone(), stop.clone()) {
-            old.cancel();
+        let passed = Arc::new(Mutex::new(None));
+        let follower = Follower {
+            stop: stop.clone(),
+            passed: passed.clone(),
+        };
+        if let Some(old) = self.followers.insert(thread.clone(), follower) {
+            old.stop.cancel();
         }
         let log = self.log.thread(&thread);
         let sink = self.sink.clone();
@@ -572,6 +594,12 @@ impl Tail for MemoryTail {
                 // Register for the wake-up before reading, so an append between the read and
                 // the wait is not missed.
                 notified.as_mut().enable();
+                if let Some(p) = *passed.lock()
+                    && p.epoch == cursor.epoch
+                    && p.pos > cursor.pos
+                {
+                    cursor = p;
+                }
                 let read = {
                     let inner = log.inner.lock();
                     inner
@@ -620,8 +648,23 @@ impl Tail for MemoryTail {
     }
 
     fn unfollow(&self, thread: &ThreadId) {
-        if let Some((_, stop)) = self.followers.remove(thread) {
-            stop.cancel();
+        if let Some((_, follower)) = self.followers.remove(thread) {
+            follower.stop.cancel();
+        }
+    }
+
+    fn passed(&self, thread: &ThreadId, id: EventId) {
+        if let Some(f) = self.followers.get(thread) {
+            let mut passed = f.passed.lock();
+            if passed.is_none_or(|p| p.epoch != id.epoch || p.pos < id.pos) {
+                *passed = Some(id);
+            }
+        }
+    }
+
+    fn wake(&self, thread: &ThreadId) {
+        if let Some(log) = self.log.shared.threads.get(thread) {
+            log.appended.notify_waiters();
         }
     }
 }

@@ -306,6 +306,10 @@ pub struct AppendExtras {
     /// The producer's number of the batch's last event, recorded so that a retried batch is
     /// recognised (PROTOCOL §2 idempotent retries).
     pub producer: Option<ProducerMark>,
+    /// The caller hands the batch to this node's hub right after ([`LocalAppends`], with `on`
+    /// given), which fans it out itself or wakes the [`Tail`] ([`Tail::wake`]): a log whose
+    /// appends are final then does not wake its tail for it. Ignored by Redis.
+    pub handed_over: bool,
 }
 
 /// A producer's position on a thread: `X-Producer-Id` and the number of its last appended
@@ -324,6 +328,7 @@ impl From<Option<Bytes>> for AppendExtras {
             candidate,
             candidate_min_gap: 0,
             producer: None,
+            handed_over: false,
         }
     }
 }
@@ -351,13 +356,24 @@ pub enum TailItem {
     },
 }
 
-/// Told of every batch this node appended, with the values validation parsed: the hub keeps
-/// them so that its fan-out does not parse the same events again when the [`Tail`] brings them
-/// back (`hub/ahead.rs`). The publish path (`ingest`) calls it after each successful append;
-/// it must not block.
+/// Told of every batch this node appended, with the values validation parsed. The publish
+/// path (`ingest`) calls it after each successful append, before answering the publisher; it
+/// must not block. The hub fans a batch out at once when it directly follows what the hub
+/// fanned out (`on`), else keeps the values so that its fan-out does not parse the same events
+/// again when the [`Tail`] brings them back (`hub/ahead.rs`).
 pub trait LocalAppends: Send + Sync + 'static {
-    /// `events` were appended to `thread` with `ids` (in order, one each).
-    fn appended(&self, thread: &ThreadId, ids: &[EventId], events: &[ValidEvent]);
+    /// `events` were appended to `thread` with `ids` (in order, one each). `on`: the head the
+    /// batch was appended right after (no entry between), given only when the log's
+    /// acknowledged appends are final ([`EventLog::appends_final`]) and the append was
+    /// [`AppendExtras::handed_over`]: the log did not wake its tail, so the hub fans the batch
+    /// out ([`Tail::passed`]) or wakes the tail ([`Tail::wake`]).
+    fn appended(
+        &self,
+        thread: &ThreadId,
+        on: Option<LogHead>,
+        ids: &[EventId],
+        events: &[ValidEvent],
+    );
 }
 
 /// The node-wide follower of thread logs. Cheap to call from any task; never blocks.
@@ -366,6 +382,12 @@ pub trait Tail: Send + Sync + 'static {
     fn follow(&self, thread: ThreadId, epoch: Epoch, after: StreamPos);
     /// Stops following `thread` (no more [`TailItem`]s for it after a short while).
     fn unfollow(&self, thread: &ThreadId);
+    /// The hub fanned `thread` out through `id` by itself (a [`LocalAppends`] batch): the tail
+    /// need not bring those entries back. A hint; no-op by default.
+    fn passed(&self, _thread: &ThreadId, _id: EventId) {}
+    /// Looks for new entries of `thread` now: a [`AppendExtras::handed_over`] append the hub
+    /// did not fan out itself. No-op by default (a tail that wakes on its own).
+    fn wake(&self, _thread: &ThreadId) {}
 }
 
 /// A thread log backend. All methods are cancel-safe with respect to the log's content: an
@@ -545,6 +567,15 @@ pub trait EventLog: Send + Sync + 'static {
     async fn forget_open_run(&self, thread: &ThreadId, active_ms: u64) -> Result<(), LogError> {
         let _ = (thread, active_ms);
         Ok(())
+    }
+
+    /// Whether every append goes through this node and an acknowledged append is never rolled
+    /// back (the memory log): then this node's hub may fan a batch out straight from the
+    /// publish that appended it, ahead of the [`Tail`]. `false` for Redis: another node may
+    /// append, and a failover may lose an acknowledged tail, which only the tail's own reading
+    /// notices (PROTOCOL §5).
+    fn appends_final(&self) -> bool {
+        false
     }
 
     /// Starts the node's tail: followed threads' new entries go to `sink` in log order until

@@ -108,14 +108,14 @@ fn the_cases_cover_the_delivery_paths() {
     let strategy = case();
     let mut total = Stats::default();
     let mut failing = 0;
-    for _ in 0..24 {
+    for _ in 0..96 {
         let case = strategy.new_tree(&mut runner).expect("a case").current();
         match run_case(&case) {
             Ok(s) => total.add(&s),
             Err(_) => failing += 1,
         }
     }
-    eprintln!("coverage over 24 deterministic cases ({failing} failing, not counted): {total:#?}");
+    eprintln!("coverage over 96 deterministic cases ({failing} failing, not counted): {total:#?}");
     assert!(total.coalesced_frames > 0, "{total:?}");
     assert!(total.coalesced_snapshots > 0, "{total:?}");
     assert!(total.synthesised_mid_connection > 0, "{total:?}");
