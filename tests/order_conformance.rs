@@ -58,7 +58,20 @@ fn run_stream(stream: &[Value]) -> (OrderChecker, Option<(usize, OrderViolation)
             continue;
         }
         let before = checker.clone();
-        if let Err(violation) = checker.check(event) {
+        let shared = checker.check_unchanged(event);
+        let checked = checker.check(event);
+        if let Some(shared) = shared {
+            // The publish path's check without a copy: same answer, and nothing was recorded.
+            assert_eq!(
+                shared.clone().map_err(|v| v.rule),
+                checked.clone().map_err(|v| v.rule)
+            );
+            assert_eq!(
+                checker, before,
+                "check_unchanged answered for an event that records"
+            );
+        }
+        if let Err(violation) = checked {
             assert_eq!(checker, before, "a refused event must change nothing");
             return (checker, Some((index, violation)));
         }

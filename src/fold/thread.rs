@@ -7,6 +7,7 @@ use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError};
 use crate::event::Fields;
 use crate::event::order::{OrderChecker, OrderViolation};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -185,7 +186,9 @@ impl ThreadFold {
         &self,
         events: impl IntoIterator<Item = &'a Value>,
     ) -> Result<(), Rejection> {
-        let mut checker = self.checker.clone();
+        // The order state as the batch leaves it, copied at the first event that may change
+        // it: until then (token deltas, state deltas) each event is checked on the fold's own.
+        let mut checker: Option<OrderChecker> = None;
         // The state as the batch leaves it, once a snapshot or delta touched it.
         let mut state: Option<Value> = None;
         // The messages as the batch leaves them, once an `ACTIVITY_DELTA` needs its activity's
@@ -193,9 +196,21 @@ impl ThreadFold {
         let mut messages: Option<Fold> = None;
         let mut snapshots: Vec<Value> = Vec::new();
         for (index, event) in events.into_iter().enumerate() {
-            let expanded = checker
-                .check_expanded(event)
-                .map_err(|violation| Rejection::Order { index, violation })?;
+            let refused = |violation| Rejection::Order { index, violation };
+            let unchanged = match &checker {
+                None => self.checker.check_unchanged(event),
+                Some(_) => None,
+            };
+            let expanded = match unchanged {
+                Some(checked) => {
+                    checked.map_err(refused)?;
+                    vec![Cow::Borrowed(event)]
+                }
+                None => checker
+                    .get_or_insert_with(|| self.checker.clone())
+                    .check_expanded(event)
+                    .map_err(refused)?,
+            };
             for ev in &expanded {
                 match ev.field("type").and_then(Value::as_str) {
                     // As `Fold::apply`: a snapshot without `snapshot` changes nothing.

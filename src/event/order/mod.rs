@@ -73,6 +73,16 @@ impl OrderChecker {
         Ok(expanded)
     }
 
+    /// [`Self::check`] on a shared checker, for an event that changes nothing whether it
+    /// passes or not ([`OrderVerifier::verify_unchanged`], with no chunk lane open: any event
+    /// may close one). `None` when the event may change the checker: check it on a copy.
+    pub fn check_unchanged(&self, event: &Value) -> Option<Result<(), OrderViolation>> {
+        if !self.expander.open_lanes().is_empty() {
+            return None;
+        }
+        self.verifier.verify_unchanged(event)
+    }
+
     /// Checks a batch all-or-nothing: either every event passes and all are recorded, or
     /// nothing changes.
     ///

@@ -33,6 +33,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 mod fields;
+mod unchanged;
 
 /// The client's per-kind owner maps, retained for the whole run (not cleared on close).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -515,6 +516,23 @@ impl OrderVerifier {
         event_type: EventType,
         tag: Option<&str>,
     ) -> Result<(), OrderViolation> {
+        let id = self.check_streamed(construct, phase, obj, event_type, tag)?;
+        if phase == Phase::End {
+            self.open.set_mut(construct.kind).remove(id, None);
+        }
+        Ok(())
+    }
+
+    /// The checks of [`Self::continue_streamed`]: the construct is open and the event's
+    /// subagent tag is its owner's. Returns the construct's id.
+    fn check_streamed<'o>(
+        &self,
+        construct: &Streamed,
+        phase: Phase,
+        obj: &'o Map<String, Value>,
+        event_type: EventType,
+        tag: Option<&str>,
+    ) -> Result<&'o str, OrderViolation> {
         let id = required_str(obj, construct.id_field, event_type)?;
         if !self.open.set(construct.kind).contains(id, None) {
             let advice = if phase == Phase::End && construct.end_advice {
@@ -541,10 +559,7 @@ impl OrderVerifier {
             construct.owner_noun,
             id,
         )?;
-        if phase == Phase::End {
-            self.open.set_mut(construct.kind).remove(id, None);
-        }
-        Ok(())
+        Ok(id)
     }
 
     fn step_started(

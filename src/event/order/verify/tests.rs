@@ -57,3 +57,61 @@ fn a_refused_event_leaves_the_shared_owners_alone() {
     assert!(Arc::ptr_eq(&original.owners, &clone.owners));
     assert_eq!(clone, original);
 }
+
+/// Every event of `events` through a verifier: where `verify_unchanged` answers, it gives
+/// `verify`'s result (same rule) and `verify` recorded nothing. Returns how often it answered.
+fn cross_check(events: &[Value]) -> usize {
+    let mut v = OrderVerifier::default();
+    let mut answered = 0;
+    for e in events {
+        let mut copy = v.clone();
+        let full = copy.verify(e).map_err(|x| x.rule);
+        if let Some(fast) = v.verify_unchanged(e) {
+            answered += 1;
+            assert_eq!(fast.map_err(|x| x.rule), full, "{e}");
+            assert_eq!(copy, v, "verify recorded something for {e}");
+        }
+        let _ = v.verify(e);
+    }
+    answered
+}
+
+#[test]
+fn the_shared_check_answers_as_verify_does_for_the_events_that_record_nothing() {
+    let stream = vec![
+        // Before the first event: not answered (the first event is recorded).
+        json!({"type": "STATE_DELTA", "delta": []}),
+        json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "not open"}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "ok"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "delta": "no id"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x", "subagentRunId": null}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x", "subagentRunId": 7}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x", "subagentRunId": "s9"}),
+        json!({"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "helper"}),
+        json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f", "subagentRunId": "s1"}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{", "subagentRunId": "s1"}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{"}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c2", "delta": "{"}),
+        json!({"type": "REASONING_START", "messageId": "r1"}),
+        json!({"type": "REASONING_MESSAGE_START", "messageId": "rm1", "role": "reasoning"}),
+        json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "rm1", "delta": "hmm"}),
+        json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "rm2", "delta": "hmm"}),
+        json!({"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}}),
+        json!({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/b", "value": 2}]}),
+        json!({"type": "CUSTOM", "name": "n", "value": 1}),
+        json!({"type": "RAW", "event": {}}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "ended"}),
+        json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "after"}),
+        json!({"type": "STATE_DELTA", "delta": []}),
+        json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"}),
+        json!({"type": "RUN_ERROR", "message": "boom"}),
+        json!({"type": "CUSTOM", "name": "after error", "value": 1}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "}"}),
+    ];
+    let answered = cross_check(&stream);
+    assert!(answered >= 20, "answered only {answered} times");
+}
