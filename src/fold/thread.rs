@@ -201,17 +201,25 @@ impl ThreadFold {
                 None => self.checker.check_unchanged(event),
                 Some(_) => None,
             };
-            let expanded = match unchanged {
+            // One event on the copy-free branch: a slice of it, not a one-item `Vec` (an
+            // allocation per token delta).
+            let single: [Cow<'_, Value>; 1];
+            let many: Vec<Cow<'_, Value>>;
+            let expanded: &[Cow<'_, Value>] = match unchanged {
                 Some(checked) => {
                     checked.map_err(refused)?;
-                    vec![Cow::Borrowed(event)]
+                    single = [Cow::Borrowed(event)];
+                    &single
                 }
-                None => checker
-                    .get_or_insert_with(|| self.checker.clone())
-                    .check_expanded(event)
-                    .map_err(refused)?,
+                None => {
+                    many = checker
+                        .get_or_insert_with(|| self.checker.clone())
+                        .check_expanded(event)
+                        .map_err(refused)?;
+                    &many
+                }
             };
-            for ev in &expanded {
+            for ev in expanded {
                 match ev.field("type").and_then(Value::as_str) {
                     // As `Fold::apply`: a snapshot without `snapshot` changes nothing.
                     Some("STATE_SNAPSHOT") => {

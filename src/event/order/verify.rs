@@ -91,6 +91,17 @@ pub struct OrderVerifier {
     next_seq: u64,
 }
 
+/// The event's object and its known AG-UI 1.0 `type`; `None` for anything the client drops
+/// before verification.
+fn typed(event: &Value) -> Option<(&Map<String, Value>, EventType)> {
+    let obj = event.as_object()?;
+    let event_type = obj
+        .field("type")
+        .and_then(Value::as_str)
+        .and_then(EventType::parse)?;
+    Some((obj, event_type))
+}
+
 /// The `subagentRunId` tag of an event: absent, or a string; `null` is fatal.
 fn tag_of(obj: &Map<String, Value>, event_type: EventType) -> Result<Option<&str>, OrderViolation> {
     match obj.field("subagentRunId") {
@@ -172,25 +183,11 @@ impl OrderVerifier {
     /// [`OrderViolation`] naming the client rule the event breaks; the state is then
     /// unchanged.
     pub fn verify(&mut self, event: &Value) -> Result<(), OrderViolation> {
-        let Some(obj) = event.as_object() else {
+        let Some((obj, event_type)) = typed(event) else {
             return Ok(());
         };
-        let Some(event_type) = obj
-            .field("type")
-            .and_then(Value::as_str)
-            .and_then(EventType::parse)
-        else {
-            return Ok(());
-        };
-        let reset = self.check_lifecycle(event_type)?;
+        let (reset, tag) = self.check_head(obj, event_type)?;
         use EventType as T;
-        // Run-scoped events carry no attribution: the client strips a `subagentRunId` there.
-        let tag = match event_type {
-            T::RunStarted | T::RunFinished | T::RunError | T::MessagesSnapshot => None,
-            _ => tag_of(obj, event_type)?,
-        };
-        check_lifecycle_fields(obj, event_type)?;
-
         match event_type {
             T::TextMessageStart
             | T::TextMessageContent
@@ -309,6 +306,25 @@ impl OrderVerifier {
         }
         self.first_event_received = true;
         Ok(())
+    }
+
+    /// The rules every event meets before its type's own: the run lifecycle
+    /// ([`Self::check_lifecycle`]), the attribution tag, the lifecycle fields. Returns
+    /// whether a `RUN_STARTED` resets the per-run tracking, and the event's tag.
+    fn check_head<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        event_type: EventType,
+    ) -> Result<(bool, Option<&'v str>), OrderViolation> {
+        let reset = self.check_lifecycle(event_type)?;
+        use EventType as T;
+        // Run-scoped events carry no attribution: the client strips a `subagentRunId` there.
+        let tag = match event_type {
+            T::RunStarted | T::RunFinished | T::RunError | T::MessagesSnapshot => None,
+            _ => tag_of(obj, event_type)?,
+        };
+        check_lifecycle_fields(obj, event_type)?;
+        Ok((reset, tag))
     }
 
     /// Checks 1–4: errored, finished, first event, nested `RUN_STARTED`. Returns whether a

@@ -1,9 +1,9 @@
 //! The verifier's check on a shared copy, for the events that record nothing: what the
 //! publish path checks token deltas with, without copying the order state per batch.
 
-use super::{OrderVerifier, Streamed, check_lifecycle_fields, tag_of};
+use super::{OrderVerifier, Streamed, typed};
+use crate::event::EventType;
 use crate::event::order::rule::OrderViolation;
-use crate::event::{EventType, Fields};
 use serde_json::Value;
 
 impl OrderVerifier {
@@ -18,11 +18,7 @@ impl OrderVerifier {
         if !self.first_event_received {
             return None;
         }
-        let obj = event.as_object()?;
-        let event_type = obj
-            .field("type")
-            .and_then(Value::as_str)
-            .and_then(EventType::parse)?;
+        let (obj, event_type) = typed(event)?;
         use EventType as T;
         if !matches!(
             event_type,
@@ -37,9 +33,7 @@ impl OrderVerifier {
             return None;
         }
         let check = || {
-            self.check_lifecycle(event_type)?;
-            let tag = tag_of(obj, event_type)?;
-            check_lifecycle_fields(obj, event_type)?;
+            let (_, tag) = self.check_head(obj, event_type)?;
             // Content phase only here: nothing to record.
             if let Some((construct, phase)) = Streamed::of(event_type) {
                 self.check_streamed(construct, phase, obj, event_type, tag)?;
