@@ -21,7 +21,7 @@ mod orphans;
 
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
-use crate::fold::{Rejection, ThreadFold, catch_up, load_fold};
+use crate::fold::{OrderAfter, Rejection, ThreadFold, catch_up, load_fold};
 use crate::log::{AppendExtras, EventId, EventLog, LocalAppends, LogError, LogHead, ProducerMark};
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -78,8 +78,9 @@ pub enum IngestError {
 enum Checked {
     /// With the fold after the batch (built because a checkpoint candidate goes with it).
     Built(Box<ThreadFold>),
-    /// Checked alone; the cached fold folds it in place once appended.
-    InPlace,
+    /// Checked alone; the cached fold folds it in place once appended, taking the order
+    /// state the check found.
+    InPlace(OrderAfter),
     /// Not checked (order validation off): the cached fold folds it in place once appended,
     /// as a reader of the log would ([`ThreadFold::apply_unchecked`]).
     Lenient,
@@ -99,7 +100,7 @@ impl Checked {
             fold.check_batch(batch)
                 .map(|next| Checked::Built(Box::new(next)))
         } else {
-            fold.check_batch_only(batch).map(|()| Checked::InPlace)
+            fold.check_batch_only(batch).map(Checked::InPlace)
         }
     }
 }
@@ -444,8 +445,8 @@ impl Ingest {
         let values = batch.iter().map(|e| &*e.parsed);
         let next = match checked {
             Checked::Built(next) => Some(*next),
-            Checked::InPlace => fold.map(|mut f| {
-                f.apply_checked(values);
+            Checked::InPlace(after) => fold.map(|mut f| {
+                f.apply_checked(values, after);
                 f
             }),
             Checked::Lenient => fold.map(|mut f| {

@@ -41,7 +41,7 @@ mod thread;
 pub use load::{catch_up, load_fold, load_fold_at};
 pub use patch::{AmbiguousPath, DeltaRefusal, PatchError, apply_patch};
 pub use run::{Run, RunStatus};
-pub use thread::{Rejection, ThreadFold};
+pub use thread::{OrderAfter, Rejection, ThreadFold};
 
 use crate::event::EventType;
 use crate::event::Fields;

@@ -63,6 +63,20 @@ pub enum Rejection {
     },
 }
 
+/// The order state a batch leaves, as [`ThreadFold::check_batch_only`] found it, so that
+/// [`ThreadFold::apply_checked`] takes it instead of checking the batch a second time.
+#[derive(Clone, Debug)]
+pub enum OrderAfter {
+    /// No event changed the order state (token deltas, state deltas, ...).
+    Unchanged,
+    /// The order state after the batch; every event expanded to itself (no chunk, no chunk
+    /// lane closed), so the fold takes the events as they are.
+    Changed(Box<OrderChecker>),
+    /// An event expanded to others (a chunk, or a lane it closed): the fold checks the batch
+    /// again to get them.
+    Expanded,
+}
+
 impl Rejection {
     /// The index in the batch of the refused event.
     pub fn index(&self) -> usize {
@@ -180,12 +194,14 @@ impl ThreadFold {
     /// O(order state) rather than a copy of the whole thread (messages, the run's events). Once
     /// the batch is appended, [`Self::apply_checked`] folds it in place.
     ///
+    /// Returns the order state the batch leaves, for [`Self::apply_checked`].
+    ///
     /// # Errors
     /// As [`Self::check_batch`].
     pub fn check_batch_only<'a>(
         &self,
         events: impl IntoIterator<Item = &'a Value>,
-    ) -> Result<(), Rejection> {
+    ) -> Result<OrderAfter, Rejection> {
         // The order state as the batch leaves it, copied at the first event that may change
         // it: until then (token deltas, state deltas) each event is checked on the fold's own.
         let mut checker: Option<OrderChecker> = None;
@@ -195,6 +211,8 @@ impl ThreadFold {
         // content (the fold copied at the first one); the message snapshots before it wait.
         let mut messages: Option<Fold> = None;
         let mut snapshots: Vec<Value> = Vec::new();
+        // Whether every event checked on the copy expanded to itself.
+        let mut as_sent = true;
         for (index, event) in events.into_iter().enumerate() {
             let refused = |violation| Rejection::Order { index, violation };
             let unchanged = match &checker {
@@ -216,6 +234,7 @@ impl ThreadFold {
                         .get_or_insert_with(|| self.checker.clone())
                         .check_expanded(event)
                         .map_err(refused)?;
+                    as_sent &= matches!(many.as_slice(), [Cow::Borrowed(one)] if std::ptr::eq(*one, event));
                     &many
                 }
             };
@@ -255,13 +274,38 @@ impl ThreadFold {
                 }
             }
         }
-        Ok(())
+        Ok(match checker {
+            None => OrderAfter::Unchanged,
+            Some(checker) if as_sent => OrderAfter::Changed(Box::new(checker)),
+            Some(_) => OrderAfter::Expanded,
+        })
     }
 
     /// Folds a batch that [`Self::check_batch_only`] accepted against this very fold (and
-    /// that was then appended). An event the order rules refuse regardless (the fold changed
-    /// in between: a bug) is skipped and counted, as for the log.
-    pub fn apply_checked<'a>(&mut self, events: impl IntoIterator<Item = &'a Value>) {
+    /// that was then appended), taking the order state it found (`after`) rather than checking
+    /// the batch again. When the batch's events expanded to others, they are checked again to
+    /// get them: an event the order rules refuse then (the fold changed in between: a bug) is
+    /// skipped and counted, as for the log.
+    pub fn apply_checked<'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a Value>,
+        after: OrderAfter,
+    ) {
+        let checker = match after {
+            OrderAfter::Expanded => None,
+            OrderAfter::Unchanged => Some(None),
+            OrderAfter::Changed(checker) => Some(Some(checker)),
+        };
+        if let Some(checker) = checker {
+            for event in events {
+                self.fold.apply(event);
+                self.note_run_end(event);
+            }
+            if let Some(checker) = checker {
+                self.checker = *checker;
+            }
+            return;
+        }
         for event in events {
             if let Err(violation) = self.apply_logged(event) {
                 tracing::error!(
