@@ -103,3 +103,35 @@ fn checking_alone_agrees_with_building_the_next_fold() {
         seen.0
     );
 }
+
+/// A log event the order rules refuse is skipped and counted, on the path of the events that
+/// record nothing (a content delta) as on the others (a start); the others fold.
+#[test]
+fn logged_events_that_break_the_rules_are_skipped_and_counted() {
+    let mut fold = ThreadFold::new();
+    let ok = |fold: &mut ThreadFold, e: Value| assert!(fold.apply_logged(&e).is_ok(), "{e}");
+    ok(
+        &mut fold,
+        json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+    );
+    ok(
+        &mut fold,
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+    );
+    ok(
+        &mut fold,
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "a"}),
+    );
+    let content = json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": "b"});
+    assert!(fold.apply_logged(&content).is_err());
+    assert_eq!(fold.skipped(), 1);
+    let start = json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"});
+    assert!(fold.apply_logged(&start).is_err());
+    assert_eq!(fold.skipped(), 2);
+    ok(
+        &mut fold,
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "c"}),
+    );
+    assert_eq!(fold.fold().messages()[0]["content"], "ac");
+    assert_eq!(fold.skipped(), 2);
+}

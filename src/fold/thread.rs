@@ -160,6 +160,15 @@ impl ThreadFold {
     /// # Errors
     /// The order violation, for the caller's log line and metric.
     pub fn apply_logged(&mut self, event: &Value) -> Result<Vec<Applied>, OrderViolation> {
+        // Content and state deltas, most of a log: checked on the order state as it is, with
+        // no expansion (no lane open) and nothing recorded; never a run's end.
+        if let Some(checked) = self.checker.check_unchanged(event) {
+            if let Err(v) = checked {
+                self.skipped += 1;
+                return Err(v);
+            }
+            return Ok(vec![self.fold.apply(event)]);
+        }
         let expanded = match self.checker.check_expanded(event) {
             Ok(e) => e,
             Err(v) => {
