@@ -72,7 +72,15 @@ pub enum IngestError {
     /// checkpoint stands for it (HTTP 413).
     #[error("a batch may hold at most {0} events (2 × retention.max_events)")]
     BatchTooLarge(usize),
+    /// The guard of [`Ingest::append_guarded`] refused the thread's state at the log's latest
+    /// position: nothing appended.
+    #[error("the thread's state does not allow this append")]
+    Guarded,
 }
+
+/// What [`Ingest::append_guarded`] asks of the thread's fold at the head a batch would go on
+/// (`None`: the fold cannot be rebuilt, the log was trimmed without a checkpoint).
+pub type Guard<'a> = dyn Fn(Option<&ThreadFold>) -> bool + Send + Sync + 'a;
 
 /// How a batch was checked before its append.
 enum Checked {
@@ -112,6 +120,10 @@ struct Attempt<'a> {
     producer: Option<&'a Producer>,
     /// Set when the cached fold was just caught up with the log.
     caught_up: bool,
+    /// What the fold must satisfy for the batch to go on ([`Ingest::append_guarded`]).
+    guard: Option<&'a Guard<'a>>,
+    /// The head the last conflicting append found, for the error when attempts run out.
+    moved_to: Option<LogHead>,
     /// The head the batch was appended right after, when the log's appends are final
     /// ([`EventLog::appends_final`]): the hub may then fan it out at once.
     appended_on: Option<LogHead>,
@@ -188,6 +200,34 @@ impl Ingest {
         events: &[ValidEvent],
         producer: Option<&Producer>,
     ) -> Result<Appended, IngestError> {
+        self.append_with(thread, events, producer, None).await
+    }
+
+    /// [`Self::append`] of a broker's own batch that must land on a given state of the
+    /// thread: `guard` is asked about the fold at the head the batch would go on, on every
+    /// attempt, under the thread's lock (this node's publishes wait; an append by another node
+    /// makes it catch up and ask again). E.g. a cancel's `RUN_ERROR`, only while its run is
+    /// the thread's active run.
+    ///
+    /// # Errors
+    /// [`IngestError::Guarded`] when `guard` refused the state at the log's latest position;
+    /// otherwise as [`Self::append`].
+    pub async fn append_guarded(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        guard: &Guard<'_>,
+    ) -> Result<Appended, IngestError> {
+        self.append_with(thread, events, None, Some(guard)).await
+    }
+
+    async fn append_with(
+        &self,
+        thread: &ThreadId,
+        events: &[ValidEvent],
+        producer: Option<&Producer>,
+        guard: Option<&Guard<'_>>,
+    ) -> Result<Appended, IngestError> {
         if events.is_empty() {
             return Ok(Appended::default());
         }
@@ -201,7 +241,7 @@ impl Ingest {
             let now = self.shared.clock.now_ms();
             self.shared.log.note_open_run(thread, now).await?;
         }
-        if !self.keeps_fold() && producer.is_none() {
+        if !self.keeps_fold() && producer.is_none() && guard.is_none() {
             let ids = self.shared.log.append(thread, events).await?;
             self.hand_over(thread, None, &ids, events);
             return Ok(Appended { ids, duplicates: 0 });
@@ -215,6 +255,8 @@ impl Ingest {
             producer,
             caught_up: false,
             appended_on: None,
+            guard,
+            moved_to: None,
         };
         for _ in 0..MAX_ATTEMPTS {
             if let Some(appended) = self.try_append(&mut attempt, &mut c).await? {
@@ -231,10 +273,14 @@ impl Ingest {
                 return Ok(appended);
             }
         }
-        Err(
-            LogError::Unavailable("the thread kept changing under concurrent appends".into())
-                .into(),
-        )
+        // Other nodes' appends won every race: `contended`, not a backend failure.
+        Err(match attempt.moved_to {
+            Some(head) => LogError::Conflict(head),
+            None => {
+                LogError::Unavailable("the thread kept changing under concurrent appends".into())
+            }
+        }
+        .into())
     }
 
     /// Whether a conditional append is handed over to the hub with its head
@@ -298,6 +344,32 @@ impl Ingest {
             }));
         }
         let batch = &a.events[skip..];
+        if let Some(guard) = a.guard {
+            let passes = match (&fold, self.keeps_fold()) {
+                (Some(f), _) => guard(Some(f)),
+                (None, true) => guard(None),
+                // No fold kept here (order checks and checkpoints off): the log's, at `head`.
+                (None, false) => {
+                    let (now, built) = load_fold(&*self.shared.log, thread).await?;
+                    if now != head {
+                        a.moved_to = Some(now);
+                        c.at = None;
+                        return Ok(None);
+                    }
+                    guard(built.as_ref())
+                }
+            };
+            if !passes {
+                // As for an order rejection: refuse only against the log's latest position.
+                if !fresh && let Some(fold) = fold {
+                    self.catch_up_cached(thread, c, fold, head, None).await?;
+                    a.caught_up = true;
+                    return Ok(None);
+                }
+                c.at = Some((head, fold));
+                return Err(IngestError::Guarded);
+            }
+        }
         let due = self.candidate_due(c, batch.len());
         let checked = match self.check_order(thread, fold.as_ref(), batch, due) {
             Ok(checked) => checked,
@@ -327,6 +399,7 @@ impl Ingest {
             }
             Err(LogError::Conflict(now)) => {
                 // Someone else appended (or the log was recreated): catch up, check again.
+                a.moved_to = Some(now);
                 c.at = None;
                 if now.epoch == head.epoch
                     && let Some(fold) = fold

@@ -26,9 +26,9 @@ pub use input::{InputError, RunInput};
 use crate::config::Config;
 use crate::event::ThreadId;
 use crate::event::order::rule::RUN_ALREADY_ACTIVE;
-use crate::fold::{RunStatus, load_fold};
-use crate::ingest::Ingest;
-use crate::log::{AppendExtras, EventId, EventLog, LogError};
+use crate::fold::{RunStatus, ThreadFold};
+use crate::ingest::{Ingest, IngestError};
+use crate::log::{EventId, EventLog, LogError};
 use crate::metrics as m;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -43,8 +43,6 @@ use upstream::Agent;
 
 /// How long a cancel waits for the run's `RUN_ERROR` to be appended.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
-/// Compare-and-append attempts of a cancel on a thread that keeps moving.
-const CANCEL_ATTEMPTS: usize = 8;
 
 /// How a run ended: the `outcome` label of `agui_runs_ended_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,50 +351,56 @@ impl Gateway {
         self.cancel_elsewhere(thread, run_id).await
     }
 
-    /// Cancels a run this node does not own: the `RUN_ERROR` is compare-and-appended on the
-    /// head at which the fold showed `run_id` active, so that a run that ended meanwhile (and
-    /// the next run, which a `RUN_ERROR` would fail: it names no run) is never touched.
+    /// Cancels a run this node does not own: the `RUN_ERROR` is appended through the ingest
+    /// only on a head at which the fold shows `run_id` active, so that a run that ended
+    /// meanwhile (and the next run, which a `RUN_ERROR` would fail: it names no run) is never
+    /// touched. Under the thread's lock, so this node's publishes wait for it, and each retry
+    /// after another node's append reads only what it appended.
     async fn cancel_elsewhere(
         &self,
         thread: &ThreadId,
         run_id: &str,
     ) -> Result<EventId, CancelError> {
-        let not_active = |active: Option<String>| CancelError::NotActive {
-            run_id: run_id.to_string(),
-            active,
-        };
-        for _ in 0..CANCEL_ATTEMPTS {
-            let (head, fold) = load_fold(&*self.shared.log, thread).await?;
-            let active = fold.as_ref().and_then(|f| {
+        // The active run the guard last saw (`None`: none), for the refusal.
+        let seen: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+        let guard = |fold: Option<&ThreadFold>| {
+            let active = fold.and_then(|f| {
                 f.fold()
                     .run()
                     .filter(|r| r.status == RunStatus::Running)
                     .and_then(|r| r.run_id().map(str::to_string))
             });
-            if active.as_deref() != Some(run_id) {
-                return Err(not_active(active));
+            let passes = active.as_deref() == Some(run_id);
+            // A poisoned lock only means a guard panicked earlier: the value is still whole.
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = active;
+            passes
+        };
+        let error = run::broker_event(
+            run::run_error("cancelled", "the run was cancelled", run_id),
+            thread,
+        );
+        let not_active = |active: Option<String>| CancelError::NotActive {
+            run_id: run_id.to_string(),
+            active,
+        };
+        match self
+            .shared
+            .ingest
+            .append_guarded(thread, std::slice::from_ref(&error), &guard)
+            .await
+        {
+            Ok(appended) => {
+                metrics::counter!(m::PUBLISHED, "type" => "RUN_ERROR").increment(1);
+                appended.ids.last().copied().ok_or_else(|| not_active(None))
             }
-            let error = run::broker_event(
-                run::run_error("cancelled", "the run was cancelled", run_id),
-                thread,
-            );
-            let extras = AppendExtras::default();
-            match self
-                .shared
-                .log
-                .append_if(thread, &[error], head, extras)
-                .await
-            {
-                Ok(ids) => {
-                    metrics::counter!(m::PUBLISHED, "type" => "RUN_ERROR").increment(1);
-                    return ids.last().copied().ok_or_else(|| not_active(None));
-                }
-                // Something was appended since: look again.
-                Err(LogError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
+            Err(IngestError::Guarded) => Err(not_active(
+                seen.lock().unwrap_or_else(|e| e.into_inner()).take(),
+            )),
+            Err(IngestError::Log(e)) => Err(e.into()),
+            // A RUN_ERROR breaks no order rule while its run is active, and one event is no
+            // batch too large: neither can happen; answered as the backend's failure.
+            Err(e) => Err(LogError::Unavailable(e.to_string()).into()),
         }
-        Err(LogError::Unavailable("the thread kept changing under the cancel".into()).into())
     }
 
     /// Ends every run on this node (each with `RUN_ERROR` `broker_shutdown`, its upstream

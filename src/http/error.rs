@@ -198,6 +198,11 @@ impl From<IngestError> for ApiError {
             e @ IngestError::BatchTooLarge(_) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
             }
+            // Only the broker's own guarded appends (a cancel) meet it, and they answer with
+            // their own error; a publish never does.
+            e @ IngestError::Guarded => {
+                ApiError::new(StatusCode::CONFLICT, "state_changed", e.to_string())
+            }
             IngestError::Rejected(Rejection::Order { index, violation }) => ApiError::new(
                 StatusCode::CONFLICT,
                 "order_violation",
