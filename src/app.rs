@@ -129,10 +129,14 @@ pub fn state(
         },
         hub_stop.clone(),
     );
-    let ingest = Ingest::new(
+    let ingest = Ingest::with_queue_limits(
         log.clone(),
         config.strict_order,
         config.retention.max_events,
+        QueueLimits {
+            max_events: config.queue.max_events,
+            max_bytes: config.queue.max_bytes,
+        },
     );
     ingest.hand_values_to(Arc::new(hub.clone()));
     let gateway = crate::gateway::Gateway::new(&config, ingest.clone(), log.clone())

@@ -22,7 +22,10 @@ mod orphans;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
 use crate::fold::{OrderAfter, Rejection, ThreadFold, catch_up, load_fold};
-use crate::log::{AppendExtras, EventId, EventLog, LocalAppends, LogError, LogHead, ProducerMark};
+use crate::log::{
+    AppendExtras, EventId, EventLog, IdText, LocalAppends, LogError, LogHead, ProducerMark,
+};
+use crate::queue::QueueLimits;
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::Value;
@@ -70,12 +73,28 @@ pub enum IngestError {
     Log(#[from] LogError),
     /// A batch larger than twice `retention.max_events`: it could be trimmed before a
     /// checkpoint stands for it (HTTP 413).
-    #[error("a batch may hold at most {0} events (2 × retention.max_events)")]
+    #[error(
+        "a batch may hold at most {0} events (2 × retention.max_events, and no more than a \
+         subscriber's queue takes: queue.max_events)"
+    )]
     BatchTooLarge(usize),
+    /// A batch whose frames would not fit a subscriber's queue (`queue.max_bytes`): every
+    /// subscriber would be reset by it (HTTP 413).
+    #[error(
+        "a batch's events may make at most {0} bytes of SSE frames (queue.max_bytes: what a \
+         subscriber's queue takes); send them in several batches"
+    )]
+    BatchBytesTooLarge(usize),
     /// The guard of [`Ingest::append_guarded`] refused the thread's state at the log's latest
     /// position: nothing appended.
     #[error("the thread's state does not allow this append")]
     Guarded,
+}
+
+/// The most bytes `event`'s SSE frame can take in a subscriber's queue: its frame with the
+/// longest event id.
+pub fn frame_bytes(event: &ValidEvent) -> usize {
+    crate::sse::event_len(Some(IdText::CAPACITY), event.json.len())
 }
 
 /// What [`Ingest::append_guarded`] asks of the thread's fold at the head a batch would go on
@@ -147,6 +166,8 @@ struct Shared {
     clock: orphans::Clock,
     /// Told of each appended batch with its parsed values ([`Ingest::hand_values_to`]).
     hub: std::sync::OnceLock<Arc<dyn LocalAppends>>,
+    /// A subscriber's queue bounds: a batch must fit them whole ([`Ingest::max_batch`]).
+    queue: QueueLimits,
 }
 
 /// A thread's fold as this node last saw it.
@@ -165,8 +186,25 @@ impl Ingest {
     /// unless `checkpoint_every` is `0`. `checkpoint_every`: events between checkpoint
     /// candidates (`retention.max_events`; `0`: no checkpoints).
     pub fn new(log: Arc<dyn EventLog>, strict_order: bool, checkpoint_every: usize) -> Self {
+        let unbounded = QueueLimits {
+            max_events: usize::MAX,
+            max_bytes: usize::MAX,
+        };
+        Self::with_queue_limits(log, strict_order, checkpoint_every, unbounded)
+    }
+
+    /// [`Self::new`], with batches bounded by a subscriber's queue (`queue.max_events`,
+    /// `queue.max_bytes`): a batch the fan-out pushes whole into each queue must fit an empty
+    /// one, or it would reset every subscriber, those keeping up included.
+    pub fn with_queue_limits(
+        log: Arc<dyn EventLog>,
+        strict_order: bool,
+        checkpoint_every: usize,
+        queue: QueueLimits,
+    ) -> Self {
         Ingest {
             shared: Arc::new(Shared {
+                queue,
                 log,
                 strict_order,
                 checkpoint_every,
@@ -231,7 +269,7 @@ impl Ingest {
         if events.is_empty() {
             return Ok(Appended::default());
         }
-        self.check_batch_size(events.len())?;
+        self.check_batch_size(events)?;
         if self.shared.tracks_runs.load(Ordering::Relaxed)
             && events
                 .iter()
@@ -305,16 +343,61 @@ impl Ingest {
 
     /// The most events one batch may hold, `None` without a limit: twice the retained count
     /// (`retention.max_events`), so that with checkpoints every `max_events` the log's safety
-    /// cap (4 × `max_events`) never trims past the newest checkpoint.
+    /// cap (4 × `max_events`) never trims past the newest checkpoint; and no more than a
+    /// subscriber's queue takes (`queue.max_events`).
     pub fn max_batch(&self) -> Option<usize> {
-        Some(self.shared.checkpoint_every.saturating_mul(2)).filter(|&n| n > 0)
+        let retained = Some(self.shared.checkpoint_every.saturating_mul(2)).filter(|&n| n > 0);
+        let queue = Some(self.shared.queue.max_events).filter(|&n| n < usize::MAX);
+        match (retained, queue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    fn check_batch_size(&self, n: usize) -> Result<(), IngestError> {
-        match self.max_batch() {
-            Some(max) if n > max => Err(IngestError::BatchTooLarge(max)),
-            _ => Ok(()),
+    /// The most bytes of SSE frames one batch may make (`queue.max_bytes`), each event
+    /// counted with the longest id ([`frame_bytes`]).
+    pub fn max_batch_bytes(&self) -> usize {
+        self.shared.queue.max_bytes
+    }
+
+    /// `events` cut, in order, into the batches [`Self::max_batch`] and
+    /// [`Self::max_batch_bytes`] allow, for a caller whose events may be appended in several
+    /// steps (an SSE ingest, a gateway run). An event too large alone is a batch of its own
+    /// (and refused).
+    pub fn pieces<'b>(&self, events: &'b [ValidEvent]) -> Vec<&'b [ValidEvent]> {
+        let max = self.max_batch().unwrap_or(usize::MAX).max(1);
+        let max_bytes = self.max_batch_bytes();
+        let mut out = Vec::new();
+        let (mut start, mut bytes) = (0, 0usize);
+        for (i, e) in events.iter().enumerate() {
+            let b = frame_bytes(e);
+            if i > start && (i - start == max || bytes.saturating_add(b) > max_bytes) {
+                out.push(&events[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes = bytes.saturating_add(b);
         }
+        if start < events.len() {
+            out.push(&events[start..]);
+        }
+        out
+    }
+
+    fn check_batch_size(&self, events: &[ValidEvent]) -> Result<(), IngestError> {
+        if let Some(max) = self.max_batch()
+            && events.len() > max
+        {
+            return Err(IngestError::BatchTooLarge(max));
+        }
+        let max_bytes = self.max_batch_bytes();
+        let mut bytes = 0usize;
+        for e in events {
+            bytes = bytes.saturating_add(frame_bytes(e));
+            if bytes > max_bytes {
+                return Err(IngestError::BatchBytesTooLarge(max_bytes));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the thread's fold is kept. Without order checks it is still kept when the log

@@ -94,7 +94,10 @@ async fn subscribers_reset_at_one_position_share_their_bridges_snapshots() {
     let custom: Vec<Value> = (0..10)
         .map(|i| json!({"type":"CUSTOM","name":"n","value":i}))
         .collect();
-    sse_client::publish_ok(&base, &thread, &custom).await;
+    // In batches of at most a queue's 4 events (a batch must fit a queue whole).
+    for batch in custom.chunks(4) {
+        sse_client::publish_ok(&base, &thread, batch).await;
+    }
     for _ in 0..500 {
         if subs.iter().all(|s| s.queue.reset_pending()) {
             break;

@@ -192,10 +192,11 @@ impl RunTask {
                 }
             }
             let prepared = self.prepare(items);
-            if !prepared.batch.is_empty()
-                && let Err(stop) = self.append(&prepared.batch).await
-            {
-                return stop;
+            // In batches a subscriber's queue takes whole (`queue.max_bytes`).
+            for piece in self.shared.ingest.pieces(&prepared.batch) {
+                if let Err(stop) = self.append(piece).await {
+                    return stop;
+                }
             }
             if let Some(outcome) = prepared.terminal {
                 return Stop::Ended(outcome);

@@ -75,12 +75,14 @@ pub(super) async fn ingest(
             },
         };
         let (batch, error) = parse_chunk(chunk, thread, max_event, tally.count());
-        if !batch.is_empty()
-            && let Err(e) = tally
-                .append(&state.ingest, thread, producer.as_ref(), &batch)
+        // In batches a subscriber's queue takes whole (`queue.max_bytes`).
+        for piece in state.ingest.pieces(&batch) {
+            if let Err(e) = tally
+                .append(&state.ingest, thread, producer.as_ref(), piece)
                 .await
-        {
-            return Err(tally.fail(e));
+            {
+                return Err(tally.fail(e));
+            }
         }
         if let Some(e) = error {
             return Err(tally.fail(e));

@@ -144,7 +144,7 @@ pub struct IdText {
 
 impl IdText {
     /// The longest text: 8 hex digits, two dashes, two `u64` in decimal.
-    const CAPACITY: usize = 50;
+    pub const CAPACITY: usize = 50;
 
     fn put(&mut self, bytes: &[u8]) {
         let at = usize::from(self.len);

@@ -26,7 +26,7 @@ use super::open::{
 use super::rule::{self, OrderViolation};
 use crate::event::EventType;
 use crate::event::Fields;
-use fields::{check_lifecycle_fields, check_seed, message_list};
+use fields::{check_lifecycle_fields, check_seed, message_list, tag_of, typed};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -89,36 +89,6 @@ pub struct OrderVerifier {
     /// Subagents closed in this run.
     closed_subagents: HashSet<Arc<str>>,
     next_seq: u64,
-}
-
-/// The event's object and its known AG-UI 1.0 `type`; `None` for anything the client drops
-/// before verification.
-fn typed(event: &Value) -> Option<(&Map<String, Value>, EventType)> {
-    let obj = event.as_object()?;
-    let event_type = obj
-        .field("type")
-        .and_then(Value::as_str)
-        .and_then(EventType::parse)?;
-    Some((obj, event_type))
-}
-
-/// The `subagentRunId` tag of an event: absent, or a string; `null` is fatal.
-fn tag_of(obj: &Map<String, Value>, event_type: EventType) -> Result<Option<&str>, OrderViolation> {
-    match obj.field("subagentRunId") {
-        None => Ok(None),
-        Some(Value::String(tag)) => Ok(Some(tag)),
-        Some(Value::Null) => Err(OrderViolation::new(
-            rule::SUBAGENT_RUN_ID_NULL,
-            format!(
-                "Cannot send '{event_type}' with 'subagentRunId: null'. The field is optional — \
-                 omit it entirely."
-            ),
-        )),
-        Some(_) => Err(OrderViolation::new(
-            rule::SUBAGENT_RUN_ID_MALFORMED,
-            format!("Cannot send '{event_type}' with a non-string 'subagentRunId'."),
-        )),
-    }
 }
 
 /// A required string member (always present on schema-valid events).

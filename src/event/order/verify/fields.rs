@@ -1,12 +1,46 @@
-//! `verifyEvents`' field checks that precede the per-type rules: null optionals and the
-//! outcome shape on `SUBAGENT_*`, null interrupt attribution on `RUN_FINISHED` (check 5), and
-//! the null check on the messages that seed owners.
+//! `verifyEvents`' field checks that precede the per-type rules: the event's type and
+//! attribution tag, null optionals and the outcome shape on `SUBAGENT_*`, null interrupt
+//! attribution on `RUN_FINISHED` (check 5), and the null check on the messages that seed
+//! owners.
 
 use crate::event::EventType;
 use crate::event::Fields;
 use crate::event::order::rule::{self, OrderViolation};
 use serde_json::Map;
 use serde_json::Value;
+
+/// The event's object and its known AG-UI 1.0 `type`; `None` for anything the client drops
+/// before verification.
+pub(super) fn typed(event: &Value) -> Option<(&Map<String, Value>, EventType)> {
+    let obj = event.as_object()?;
+    let event_type = obj
+        .field("type")
+        .and_then(Value::as_str)
+        .and_then(EventType::parse)?;
+    Some((obj, event_type))
+}
+
+/// The `subagentRunId` tag of an event: absent, or a string; `null` is fatal.
+pub(super) fn tag_of(
+    obj: &Map<String, Value>,
+    event_type: EventType,
+) -> Result<Option<&str>, OrderViolation> {
+    match obj.field("subagentRunId") {
+        None => Ok(None),
+        Some(Value::String(tag)) => Ok(Some(tag)),
+        Some(Value::Null) => Err(OrderViolation::new(
+            rule::SUBAGENT_RUN_ID_NULL,
+            format!(
+                "Cannot send '{event_type}' with 'subagentRunId: null'. The field is optional — \
+                 omit it entirely."
+            ),
+        )),
+        Some(_) => Err(OrderViolation::new(
+            rule::SUBAGENT_RUN_ID_MALFORMED,
+            format!("Cannot send '{event_type}' with a non-string 'subagentRunId'."),
+        )),
+    }
+}
 
 /// Check 5's per-type part: null optionals and outcome shape on `SUBAGENT_*`, null interrupt
 /// attribution on `RUN_FINISHED`.

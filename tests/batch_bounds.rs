@@ -1,0 +1,118 @@
+//! A publish must fit a subscriber's queue whole: the fan-out pushes a batch into each queue
+//! at once, so a batch beyond `queue.max_events` or `queue.max_bytes` would reset every
+//! subscriber, those keeping up included. Such a JSON batch is refused (413, nothing
+//! appended); an SSE ingest is appended in batches that fit; a batch that fits reaches a
+//! subscriber that keeps up whole, without a reset.
+
+mod common;
+
+use common::broker;
+use common::sse_client::{self, open_raw};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const QUEUE_EVENTS: usize = 64;
+const QUEUE_BYTES: usize = 16 * 1024;
+
+async fn start() -> agui_fanout::app::Server {
+    broker::start(|c| {
+        c.queue.max_events = QUEUE_EVENTS;
+        c.queue.max_bytes = QUEUE_BYTES;
+    })
+    .await
+}
+
+/// `n` `CUSTOM` events (never coalesced) with `pad` bytes of value each.
+fn customs(n: usize, pad: usize) -> Vec<Value> {
+    (0..n)
+        .map(
+            |i| json!({"type": "CUSTOM", "name": "c", "value": format!("{i}:{}", "x".repeat(pad))}),
+        )
+        .collect()
+}
+
+/// Reads `n` data frames from a live subscription; fails on a gap event or a bridge.
+async fn read_all(stream: &mut sse_client::RawStream, n: usize) -> Vec<Value> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let frame = stream
+            .next_event(Duration::from_secs(10))
+            .await
+            .expect("the stream stays open");
+        let id = frame.id.clone().unwrap_or_default();
+        assert!(
+            !id.ends_with("-bridge"),
+            "a subscriber keeping up was reset: {id}"
+        );
+        let v: Value = serde_json::from_str(frame.data.as_deref().unwrap_or("null")).unwrap();
+        assert_ne!(
+            v["name"], "agui-fanout.gap",
+            "a subscriber keeping up lost events: {v}"
+        );
+        if v["type"] == "CUSTOM" {
+            got.push(v);
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_bounded_by_a_subscribers_queue() {
+    let server = start().await;
+    let base = broker::base(server.addr);
+    let thread = broker::thread_id("batch-bounds");
+    sse_client::publish_ok(
+        &base,
+        &thread,
+        &[json!({"type": "RUN_STARTED", "threadId": thread, "runId": "r1"})],
+    )
+    .await;
+    let mut live = open_raw(&base, &thread, "", None).await;
+
+    // One event more than a queue takes: refused, nothing appended.
+    let before = broker::snapshot(&base, &thread).await["lastEventId"].clone();
+    let resp = sse_client::publish(&base, &thread, &customs(QUEUE_EVENTS + 1, 8)).await;
+    assert_eq!(resp.status(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("queue.max_events"), "{message}");
+    assert!(message.contains(&QUEUE_EVENTS.to_string()), "{message}");
+    // More frame bytes than a queue takes (40 events of ~500 bytes > 16 KiB): refused.
+    let resp = sse_client::publish(&base, &thread, &customs(40, 500)).await;
+    assert_eq!(resp.status(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue.max_bytes"),
+        "{body}"
+    );
+    assert_eq!(
+        broker::snapshot(&base, &thread).await["lastEventId"],
+        before
+    );
+
+    // Exactly what a queue takes: every event reaches the live subscriber, none reset.
+    sse_client::publish_ok(&base, &thread, &customs(QUEUE_EVENTS, 8)).await;
+    let got = read_all(&mut live, QUEUE_EVENTS).await;
+    assert_eq!(got, customs(QUEUE_EVENTS, 8));
+
+    // The same bytes through an SSE ingest: appended in batches that fit, all delivered.
+    let events = customs(40, 500);
+    let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/threads/{thread}/events"))
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let reply: Value = resp.json().await.unwrap();
+    assert_eq!(reply["count"], 40, "{reply}");
+    let got = read_all(&mut live, 40).await;
+    assert_eq!(got, events);
+    server.stop().await;
+}
