@@ -37,13 +37,6 @@
 #                         this run are deleted afterwards unless KEEP_REDIS_KEYS=1; no FLUSHALL)
 #   BROKER_PORT=18380 NCHAN_PORT=18381 (the next free port is taken when busy)
 #   SERVER_CPU=0 LOADGEN_CPU=1
-#   SERVER_CPU_QUOTA=     percent of one core the server may use (CFS bandwidth control, cgroup
-#                         v1 or v2 `cpu` controller; needs root), e.g. 50: both servers capped
-#                         alike, so a sweep finds where each saturates while the load generator,
-#                         which costs about as much CPU per delivery as a server, still has room
-#                         (loadtest/README.md "Sustained rate under a CPU quota"); empty: no cap
-#   SERVER_CPU_PERIOD_US=2000   the quota's period (short, so a throttled server waits at most
-#                         period - quota, here 1 ms at 50 %; the kernel's smallest quota is 1 ms)
 #   LOADGEN_ARGS="..."    extra global options for every load generator run
 #   SCENARIO_ARGS="..."   extra scenario options, appended to every streaming scenario's arguments
 #                         (e.g. "--event-bytes 1000"; later options win)
@@ -82,8 +75,6 @@ BROKER_PORT=${BROKER_PORT:-18380}
 NCHAN_PORT=${NCHAN_PORT:-18381}
 SERVER_CPU=${SERVER_CPU:-0}
 LOADGEN_CPU=${LOADGEN_CPU:-1}
-SERVER_CPU_QUOTA=${SERVER_CPU_QUOTA:-}
-SERVER_CPU_PERIOD_US=${SERVER_CPU_PERIOD_US:-2000}
 KEEP_REDIS_KEYS=${KEEP_REDIS_KEYS:-0}
 LOADGEN_ARGS=${LOADGEN_ARGS:-}
 SCENARIO_ARGS=${SCENARIO_ARGS:-}
@@ -120,10 +111,6 @@ for t in "${TARGET_LIST[@]}"; do
   [[ ,$ALL_TARGETS, == *,"$t",* ]] || die "unknown target $t (known: $ALL_TARGETS)"
 done
 [[ $MIX == tokens || $MIX == agent || $MIX == custom ]] || die "unknown mix $MIX (tokens, agent, custom)"
-[[ -z $SERVER_CPU_QUOTA || $SERVER_CPU_QUOTA =~ ^[1-9][0-9]?$|^100$ ]] ||
-  die "SERVER_CPU_QUOTA must be a percentage of one core, 1-100 (got $SERVER_CPU_QUOTA)"
-[[ $SERVER_CPU_PERIOD_US =~ ^[0-9]+$ ]] && ((SERVER_CPU_PERIOD_US >= 1000)) ||
-  die "SERVER_CPU_PERIOD_US must be at least 1000 (got $SERVER_CPU_PERIOD_US)"
 
 # ---------------------------------------------------------------------------------------------
 # Scenarios: the load generator's arguments (identical for both targets), full size and QUICK.
@@ -285,42 +272,10 @@ NOFILE=$(ulimit -Hn)
 WORKER_CONNECTIONS=20000
 NS=aguicmp$STAMP # nchan's Redis namespace for this run
 
-# The server's CPU quota: a cgroup of its own (v1 `cpu` hierarchy, or v2 with the `cpu`
-# controller), which every server process enters before it execs, so nginx's worker inherits it.
-QUOTA_CG=
-if [[ -n $SERVER_CPU_QUOTA ]]; then
-  quota_us=$((SERVER_CPU_PERIOD_US * SERVER_CPU_QUOTA / 100))
-  ((quota_us >= 1000)) ||
-    die "the quota per period is ${quota_us} µs, under the kernel's 1000: raise SERVER_CPU_PERIOD_US"
-  if [[ -w /sys/fs/cgroup/cpu && -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
-    QUOTA_CG=/sys/fs/cgroup/cpu/agui-compare-$$
-    mkdir "$QUOTA_CG" || die "cannot create the cgroup $QUOTA_CG (root needed)"
-    { echo "$SERVER_CPU_PERIOD_US" >"$QUOTA_CG/cpu.cfs_period_us" &&
-      echo "$quota_us" >"$QUOTA_CG/cpu.cfs_quota_us"; } ||
-      { rmdir "$QUOTA_CG"; die "the kernel refused the quota $quota_us µs per $SERVER_CPU_PERIOD_US µs"; }
-  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
-      echo +cpu >/sys/fs/cgroup/cgroup.subtree_control ||
-      die "cannot enable the cpu controller for child cgroups (root needed)"
-    QUOTA_CG=/sys/fs/cgroup/agui-compare-$$
-    mkdir "$QUOTA_CG" || die "cannot create the cgroup $QUOTA_CG (root needed)"
-    echo "$quota_us $SERVER_CPU_PERIOD_US" >"$QUOTA_CG/cpu.max" ||
-      { rmdir "$QUOTA_CG"; die "the kernel refused the quota $quota_us µs per $SERVER_CPU_PERIOD_US µs"; }
-  else
-    die "SERVER_CPU_QUOTA needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2), writable"
-  fi
-fi
-# Moves the calling (sub)shell into the quota's cgroup, when there is one.
-enter_quota() {
-  [[ -z $QUOTA_CG ]] || echo "$BASHPID" >"$QUOTA_CG/cgroup.procs"
-}
-
 server_pid= # agui-fanout, or the nginx master
 cleanup() {
   stop_server
   rm -rf "$WORK"
-  # Empty once the servers exited (stop_server waited for them).
-  [[ -z $QUOTA_CG ]] || rmdir "$QUOTA_CG" 2>/dev/null || log "cgroup $QUOTA_CG left behind (still in use)"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -421,7 +376,6 @@ start_agui() {
   [[ $backend == redis ]] && redis=$REDIS_URL
   (
     ulimit -n "$NOFILE"
-    enter_quota
     exec env AGUI_LOG=warn AGUI_REDIS_URL="$redis" AGUI_SHUTDOWN__DRAIN=1s \
       AGUI_RETENTION__IDLE_TTL=1h taskset -c "$SERVER_CPU" "$BROKER" serve --listen "127.0.0.1:$port"
   ) >"$SERVER_LOG" 2>&1 &
@@ -448,7 +402,6 @@ start_nchan() {
   cp "$dir/nginx.conf" "$OUT/nginx-$backend.conf"
   (
     ulimit -n "$NOFILE"
-    enter_quota
     exec taskset -c "$SERVER_CPU" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log"
   ) >"$SERVER_LOG" 2>&1 &
   server_pid=$!
@@ -566,7 +519,7 @@ run_one() { # scenario target
 
 log "output: $OUT"
 log "scenarios: ${SCENARIO_LIST[*]}; targets: ${TARGET_LIST[*]}; $([[ $QUICK == 1 ]] && echo QUICK || echo full size)"
-log "server on CPU $SERVER_CPU${SERVER_CPU_QUOTA:+ (capped at $SERVER_CPU_QUOTA % of it, period $SERVER_CPU_PERIOD_US µs)}, load generator on CPU $LOADGEN_CPU, open files $NOFILE"
+log "server on CPU $SERVER_CPU, load generator on CPU $LOADGEN_CPU, open files $NOFILE"
 for sc in "${SCENARIO_LIST[@]}"; do
   for target in "${TARGET_LIST[@]}"; do
     scenario "$sc"
@@ -724,11 +677,8 @@ jq -n --argjson rows "$rows" --slurpfile runs "$RUNS" \
   --arg nchan_buffer "$NCHAN_BUFFER" --arg nchan_timeout "$NCHAN_TIMEOUT" --arg nchan_shm "$NCHAN_SHM" \
   --arg redis "$REDIS_URL" --argjson nofile "$NOFILE" \
   --argjson server_cpu "$SERVER_CPU" --argjson loadgen_cpu "$LOADGEN_CPU" \
-  --arg quota "$SERVER_CPU_QUOTA" --argjson quota_period "$SERVER_CPU_PERIOD_US" \
   '{generated: $generated, quick: ($quick == 1),
-    machine: {cpu: $cpu, cpus: $cpus, server_cpu: $server_cpu, loadgen_cpu: $loadgen_cpu, nofile: $nofile,
-              server_cpu_quota_percent: (if $quota == "" then null else ($quota | tonumber) end),
-              server_cpu_quota_period_us: (if $quota == "" then null else $quota_period end)},
+    machine: {cpu: $cpu, cpus: $cpus, server_cpu: $server_cpu, loadgen_cpu: $loadgen_cpu, nofile: $nofile},
     versions: {"agui-fanout": ($git + (if $dirty then " (dirty tree)" else "" end)), nginx: $nginx, nchan: $nchan},
     settings: {mix: $mix, max_batch: $max_batch, publish_conns: $publish_conns, nchan_message_buffer_length: $nchan_buffer,
                nchan_message_timeout: $nchan_timeout, nchan_shared_memory_size: $nchan_shm, redis: $redis,
@@ -740,9 +690,7 @@ jq -n --argjson rows "$rows" --slurpfile runs "$RUNS" \
   echo
   jq -r '"\(.generated), \(if .quick then "QUICK run (scaled down: not for conclusions)" else "full size" end). " +
     "agui-fanout \(.versions["agui-fanout"]), nginx \(.versions.nginx) + nchan \(.versions.nchan). " +
-    "\(.machine.cpus) CPUs (\(.machine.cpu)): server on CPU \(.machine.server_cpu)" +
-    (if .machine.server_cpu_quota_percent then " capped at \(.machine.server_cpu_quota_percent) % of it (CFS quota, period \(.machine.server_cpu_quota_period_us) µs)" else "" end) +
-    ", load generator on CPU \(.machine.loadgen_cpu)."' \
+    "\(.machine.cpus) CPUs (\(.machine.cpu)): server on CPU \(.machine.server_cpu), load generator on CPU \(.machine.loadgen_cpu)."' \
     "$OUT/compare.json"
   echo
   echo "Event mix \`$MIX\`. Same load generator arguments for both (one event per POST: \`--max-batch $MAX_BATCH\`, $PUBLISH_CONNS publishing connections);"
