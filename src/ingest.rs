@@ -26,6 +26,7 @@ use crate::log::{
     AppendExtras, EventId, EventLog, IdText, LocalAppends, LogError, LogHead, ProducerMark,
 };
 use crate::queue::QueueLimits;
+use crate::queue::coalesce::merged_count;
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::Value;
@@ -73,11 +74,16 @@ pub enum IngestError {
     Log(#[from] LogError),
     /// A batch larger than twice `retention.max_events`: it could be trimmed before a
     /// checkpoint stands for it (HTTP 413).
-    #[error(
-        "a batch may hold at most {0} events (2 × retention.max_events, and no more than a \
-         subscriber's queue takes: queue.max_events)"
-    )]
+    #[error("a batch may hold at most {0} events (2 × retention.max_events)")]
     BatchTooLarge(usize),
+    /// A batch that would leave more frames than a subscriber's queue takes
+    /// (`queue.max_events`), its adjacent deltas merged: every subscriber would be reset by
+    /// it (HTTP 413).
+    #[error(
+        "a batch may make at most {0} SSE frames once its adjacent deltas are merged \
+         (queue.max_events: what a subscriber's queue takes); send it in several batches"
+    )]
+    BatchFramesTooLarge(usize),
     /// A batch whose frames would not fit a subscriber's queue (`queue.max_bytes`): every
     /// subscriber would be reset by it (HTTP 413).
     #[error(
@@ -343,15 +349,15 @@ impl Ingest {
 
     /// The most events one batch may hold, `None` without a limit: twice the retained count
     /// (`retention.max_events`), so that with checkpoints every `max_events` the log's safety
-    /// cap (4 × `max_events`) never trims past the newest checkpoint; and no more than a
-    /// subscriber's queue takes (`queue.max_events`).
+    /// cap (4 × `max_events`) never trims past the newest checkpoint.
     pub fn max_batch(&self) -> Option<usize> {
-        let retained = Some(self.shared.checkpoint_every.saturating_mul(2)).filter(|&n| n > 0);
-        let queue = Some(self.shared.queue.max_events).filter(|&n| n < usize::MAX);
-        match (retained, queue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        Some(self.shared.checkpoint_every.saturating_mul(2)).filter(|&n| n > 0)
+    }
+
+    /// The most frames one batch may leave in a subscriber's queue once its adjacent deltas
+    /// are merged ([`merged_count`]): `queue.max_events`.
+    pub fn max_batch_frames(&self) -> usize {
+        self.shared.queue.max_events
     }
 
     /// The most bytes of SSE frames one batch may make (`queue.max_bytes`), each event
@@ -360,12 +366,16 @@ impl Ingest {
         self.shared.queue.max_bytes
     }
 
-    /// `events` cut, in order, into the batches [`Self::max_batch`] and
-    /// [`Self::max_batch_bytes`] allow, for a caller whose events may be appended in several
-    /// steps (an SSE ingest, a gateway run). An event too large alone is a batch of its own
-    /// (and refused).
+    /// `events` cut, in order, into the batches [`Self::max_batch`], [`Self::max_batch_frames`]
+    /// (counted before merging: a bound that is never too large) and [`Self::max_batch_bytes`]
+    /// allow, for a caller whose events may be appended in several steps (an SSE ingest, a
+    /// gateway run). An event too large alone is a batch of its own (and refused).
     pub fn pieces<'b>(&self, events: &'b [ValidEvent]) -> Vec<&'b [ValidEvent]> {
-        let max = self.max_batch().unwrap_or(usize::MAX).max(1);
+        let max = self
+            .max_batch()
+            .unwrap_or(usize::MAX)
+            .min(self.max_batch_frames())
+            .max(1);
         let max_bytes = self.max_batch_bytes();
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0, 0usize);
@@ -388,6 +398,13 @@ impl Ingest {
             && events.len() > max
         {
             return Err(IngestError::BatchTooLarge(max));
+        }
+        // Merge keys only for a batch that could be too large: most publishes are one event.
+        let max_frames = self.max_batch_frames();
+        if events.len() > max_frames
+            && merged_count(events.iter().map(|e| (e.event_type, &*e.parsed))) > max_frames
+        {
+            return Err(IngestError::BatchFramesTooLarge(max_frames));
         }
         let max_bytes = self.max_batch_bytes();
         let mut bytes = 0usize;

@@ -1,8 +1,9 @@
 //! A publish must fit a subscriber's queue whole: the fan-out pushes a batch into each queue
-//! at once, so a batch beyond `queue.max_events` or `queue.max_bytes` would reset every
-//! subscriber, those keeping up included. Such a JSON batch is refused (413, nothing
-//! appended); an SSE ingest is appended in batches that fit; a batch that fits reaches a
-//! subscriber that keeps up whole, without a reset.
+//! at once, so a batch beyond `queue.max_events` (its adjacent deltas merged) or
+//! `queue.max_bytes` would reset every subscriber, those keeping up included. Such a JSON
+//! batch is refused (413, nothing appended); an SSE ingest is appended in batches that fit; a
+//! batch that fits (deltas that merge included) reaches a subscriber that keeps up whole,
+//! without a reset.
 
 mod common;
 
@@ -68,6 +69,15 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     )
     .await;
     let mut live = open_raw(&base, &thread, "", None).await;
+    // The prelude read: the queue is empty before each batch below (a backlog left there
+    // would make the subscriber one that falls behind, which a reset is for).
+    while live
+        .next_event(Duration::from_secs(10))
+        .await
+        .expect("the prelude")
+        .id
+        .is_none()
+    {}
 
     // One event more than a queue takes: refused, nothing appended.
     let before = broker::snapshot(&base, &thread).await["lastEventId"].clone();
@@ -99,7 +109,8 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     let got = read_all(&mut live, QUEUE_EVENTS).await;
     assert_eq!(got, customs(QUEUE_EVENTS, 8));
 
-    // The same bytes through an SSE ingest: appended in batches that fit, all delivered.
+    // The same bytes through an SSE ingest: appended in batches that fit, all of them (read
+    // back from the log: a live subscriber may still hold one batch when the next comes).
     let events = customs(40, 500);
     let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
     let resp = reqwest::Client::new()
@@ -112,7 +123,51 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     assert_eq!(resp.status(), 200);
     let reply: Value = resp.json().await.unwrap();
     assert_eq!(reply["count"], 40, "{reply}");
-    let got = read_all(&mut live, 40).await;
-    assert_eq!(got, events);
+    let mut replay = open_raw(&base, &thread, "?from=start", None).await;
+    let got = read_all(&mut replay, QUEUE_EVENTS + 40).await;
+    assert_eq!(got[QUEUE_EVENTS..], events[..]);
+    drop(replay);
+    // A new live subscriber, its prelude read, for the next batch (the first may still be
+    // busy with the ingest's batches).
+    drop(live);
+    let mut live = open_raw(&base, &thread, "", None).await;
+    while live
+        .next_event(Duration::from_secs(10))
+        .await
+        .expect("the prelude")
+        .id
+        .is_none()
+    {}
+
+    // More deltas than a queue takes, to one message: adjacent deltas merge into one frame,
+    // so the batch fits, and arrives whole (merged), without a reset.
+    sse_client::publish_ok(
+        &base,
+        &thread,
+        &[json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"})],
+    )
+    .await;
+    let deltas: Vec<Value> = (0..QUEUE_EVENTS * 2)
+        .map(|i| json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": format!("w{i} ")}))
+        .collect();
+    sse_client::publish_ok(&base, &thread, &deltas).await;
+    let want: String = (0..QUEUE_EVENTS * 2).map(|i| format!("w{i} ")).collect();
+    let mut text = String::new();
+    while text.len() < want.len() {
+        let frame = live
+            .next_event(Duration::from_secs(10))
+            .await
+            .expect("open");
+        let id = frame.id.clone().unwrap_or_default();
+        assert!(
+            !id.ends_with("-bridge"),
+            "a subscriber keeping up was reset: {id}"
+        );
+        let v: Value = serde_json::from_str(frame.data.as_deref().unwrap_or("null")).unwrap();
+        if v["type"] == "TEXT_MESSAGE_CONTENT" {
+            text.push_str(v["delta"].as_str().unwrap());
+        }
+    }
+    assert_eq!(text, want);
     server.stop().await;
 }

@@ -195,7 +195,9 @@ impl From<IngestError> for ApiError {
     fn from(e: IngestError) -> Self {
         match e {
             IngestError::Log(e) => e.into(),
-            e @ (IngestError::BatchTooLarge(_) | IngestError::BatchBytesTooLarge(_)) => {
+            e @ (IngestError::BatchTooLarge(_)
+            | IngestError::BatchFramesTooLarge(_)
+            | IngestError::BatchBytesTooLarge(_)) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
             }
             // Only the broker's own guarded appends (a cancel) meet it, and they answer with

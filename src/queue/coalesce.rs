@@ -88,6 +88,22 @@ impl MergeKey {
     }
 }
 
+/// How many frames `events` (each event's type and value, in order) leave in a queue once
+/// [`coalesce`] merged the adjacent mergeable ones, each `STATE_DELTA` taken as applying
+/// cleanly: what a batch takes of an empty queue.
+pub fn merged_count<'a>(events: impl IntoIterator<Item = (EventType, &'a Value)>) -> usize {
+    let mut count = 0;
+    let mut prev: Option<MergeKey> = None;
+    for (t, v) in events {
+        let key = MergeKey::of(t, v, true, None);
+        if !prev.as_ref().is_some_and(|p| p.mergeable_with(&key)) {
+            count += 1;
+        }
+        prev = Some(key);
+    }
+    count
+}
+
 /// Applies a JSON Patch with the client's semantics (the fold's function), for rebuilding a
 /// state snapshot; `None` when it fails (it never should for a patch that applied on the fold).
 pub type PatchFn = fn(&Value, &[Value]) -> Option<Value>;
