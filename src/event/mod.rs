@@ -20,8 +20,8 @@ use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
 
-/// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]`
-/// (PROTOCOL §1).
+/// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]`, other
+/// than `.` and `..` (PROTOCOL §1).
 ///
 /// Cheap to clone (`Arc<str>`). The character set keeps it safe inside a Redis hash tag
 /// (`{threadId}`) and a URL path segment without escaping.
@@ -37,6 +37,10 @@ pub enum ThreadIdError {
     /// A character outside `[A-Za-z0-9._:-]`.
     #[error("threadId may only contain A-Z a-z 0-9 . _ : - (found {0:?})")]
     Character(char),
+    /// `.` or `..`: a URL path segment that clients remove (RFC 3986 §5.2.4), so a browser
+    /// could never reach the thread's URLs.
+    #[error("threadId may not be \".\" or \"..\" (URL path normalisation removes them)")]
+    DotSegment,
 }
 
 impl ThreadId {
@@ -56,6 +60,9 @@ impl ThreadId {
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
         {
             return Err(ThreadIdError::Character(c));
+        }
+        if s == "." || s == ".." {
+            return Err(ThreadIdError::DotSegment);
         }
         Ok(Self(Arc::from(s)))
     }
@@ -120,5 +127,9 @@ mod tests {
         assert_eq!(ThreadId::parse("a b"), Err(ThreadIdError::Character(' ')));
         assert_eq!(ThreadId::parse("a{b}"), Err(ThreadIdError::Character('{')));
         assert_eq!(ThreadId::parse("é"), Err(ThreadIdError::Character('é')));
+        assert_eq!(ThreadId::parse("."), Err(ThreadIdError::DotSegment));
+        assert_eq!(ThreadId::parse(".."), Err(ThreadIdError::DotSegment));
+        assert!(ThreadId::parse("...").is_ok());
+        assert!(ThreadId::parse(".a").is_ok());
     }
 }
