@@ -196,3 +196,49 @@ async fn a_recreated_log_ends_the_streams() {
     assert_eq!(rig.hub.followed_threads(), 0);
     assert!(!rig.log.follows(&rig.thread));
 }
+
+/// A log event that breaks the order rules (order checks off, or a direct `XADD`) is logged at
+/// the thread's 1st, 2nd, 4th, ... such event, not at every one: 100 of them make 7 lines.
+#[tokio::test(start_paused = true)]
+async fn refused_log_events_are_logged_sparsely() {
+    use std::sync::Mutex as StdMutex;
+    #[derive(Clone, Default)]
+    struct Lines(Arc<StdMutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // A poisoned lock only means another write panicked: the bytes are still whole.
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let rig = Rig::new(1000);
+    rig.publish_run(0).await;
+    let sub = rig.subscribe(Start::Live).await;
+    // Content for a message that was never started, 100 times.
+    let mut last = None;
+    for i in 0..100 {
+        last = rig.publish(&[text_content(&format!("{i}"))]).await.pop();
+    }
+    read_until(&sub.queue, last.expect("appended")).await;
+    let text = String::from_utf8(lines.0.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        .expect("UTF-8 log lines");
+    let logged = text
+        .lines()
+        .filter(|l| l.contains("breaks the AG-UI order rules"))
+        .count();
+    assert_eq!(logged, 7, "{text}");
+}
