@@ -32,24 +32,46 @@ fn customs(n: usize, pad: usize) -> Vec<Value> {
         .collect()
 }
 
-/// Reads `n` data frames from a live subscription; fails on a gap event or a bridge.
+/// The next data frame's event; fails on a reset (a bridge or a gap event): the subscriber
+/// kept up.
+async fn next_data(stream: &mut sse_client::RawStream) -> Value {
+    let frame = stream
+        .next_event(Duration::from_secs(10))
+        .await
+        .expect("the stream stays open");
+    let id = frame.id.clone().unwrap_or_default();
+    assert!(
+        !id.ends_with("-bridge"),
+        "a subscriber keeping up was reset: {id}"
+    );
+    let v: Value = serde_json::from_str(frame.data.as_deref().unwrap_or("null")).unwrap();
+    assert_ne!(
+        v["name"], "agui-fanout.gap",
+        "a subscriber keeping up lost events: {v}"
+    );
+    v
+}
+
+/// A live subscription with its prelude read: its queue is empty before the next batch (a
+/// backlog left there would make it a subscriber that falls behind, which a reset is for).
+async fn live_after_prelude(base: &str, thread: &str) -> sse_client::RawStream {
+    let mut live = open_raw(base, thread, "", None).await;
+    // Only a prelude's last event carries an id.
+    while live
+        .next_event(Duration::from_secs(10))
+        .await
+        .expect("the prelude")
+        .id
+        .is_none()
+    {}
+    live
+}
+
+/// Reads the next `n` `CUSTOM` events of a subscription ([`next_data`]).
 async fn read_all(stream: &mut sse_client::RawStream, n: usize) -> Vec<Value> {
     let mut got = Vec::new();
     while got.len() < n {
-        let frame = stream
-            .next_event(Duration::from_secs(10))
-            .await
-            .expect("the stream stays open");
-        let id = frame.id.clone().unwrap_or_default();
-        assert!(
-            !id.ends_with("-bridge"),
-            "a subscriber keeping up was reset: {id}"
-        );
-        let v: Value = serde_json::from_str(frame.data.as_deref().unwrap_or("null")).unwrap();
-        assert_ne!(
-            v["name"], "agui-fanout.gap",
-            "a subscriber keeping up lost events: {v}"
-        );
+        let v = next_data(stream).await;
         if v["type"] == "CUSTOM" {
             got.push(v);
         }
@@ -68,16 +90,7 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
         &[json!({"type": "RUN_STARTED", "threadId": thread, "runId": "r1"})],
     )
     .await;
-    let mut live = open_raw(&base, &thread, "", None).await;
-    // The prelude read: the queue is empty before each batch below (a backlog left there
-    // would make the subscriber one that falls behind, which a reset is for).
-    while live
-        .next_event(Duration::from_secs(10))
-        .await
-        .expect("the prelude")
-        .id
-        .is_none()
-    {}
+    let mut live = live_after_prelude(&base, &thread).await;
 
     // One event more than a queue takes: refused, nothing appended.
     let before = broker::snapshot(&base, &thread).await["lastEventId"].clone();
@@ -113,13 +126,7 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     // back from the log: a live subscriber may still hold one batch when the next comes).
     let events = customs(40, 500);
     let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/threads/{thread}/events"))
-        .header("content-type", "text/event-stream")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let resp = sse_client::publish_sse(&base, &thread, body).await;
     assert_eq!(resp.status(), 200);
     let reply: Value = resp.json().await.unwrap();
     assert_eq!(reply["count"], 40, "{reply}");
@@ -130,14 +137,7 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     // A new live subscriber, its prelude read, for the next batch (the first may still be
     // busy with the ingest's batches).
     drop(live);
-    let mut live = open_raw(&base, &thread, "", None).await;
-    while live
-        .next_event(Duration::from_secs(10))
-        .await
-        .expect("the prelude")
-        .id
-        .is_none()
-    {}
+    let mut live = live_after_prelude(&base, &thread).await;
 
     // More deltas than a queue takes, to one message: adjacent deltas merge into one frame,
     // so the batch fits, and arrives whole (merged), without a reset.
@@ -154,16 +154,7 @@ async fn batches_are_bounded_by_a_subscribers_queue() {
     let want: String = (0..QUEUE_EVENTS * 2).map(|i| format!("w{i} ")).collect();
     let mut text = String::new();
     while text.len() < want.len() {
-        let frame = live
-            .next_event(Duration::from_secs(10))
-            .await
-            .expect("open");
-        let id = frame.id.clone().unwrap_or_default();
-        assert!(
-            !id.ends_with("-bridge"),
-            "a subscriber keeping up was reset: {id}"
-        );
-        let v: Value = serde_json::from_str(frame.data.as_deref().unwrap_or("null")).unwrap();
+        let v = next_data(&mut live).await;
         if v["type"] == "TEXT_MESSAGE_CONTENT" {
             text.push_str(v["delta"].as_str().unwrap());
         }

@@ -76,6 +76,17 @@ pub async fn publish(base: &str, thread: &str, events: &[Value]) -> reqwest::Res
         .expect("publish request")
 }
 
+/// `POST {base}/v1/threads/{thread}/events` with an SSE body (an SSE ingest).
+pub async fn publish_sse(base: &str, thread: &str, body: String) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/threads/{thread}/events"))
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .expect("SSE ingest request")
+}
+
 /// Event ids compare in log order: `<epoch>-<ms>-<seq>` within one epoch. The mark on the
 /// first event of a reset bridge, `<epoch>-<ms>-<seq>-bridge`, sorts right after the id it
 /// names (the last component is `true` for it).
