@@ -444,37 +444,30 @@ impl Ingest {
             }));
         }
         let batch = &a.events[skip..];
-        if let Some(guard) = a.guard {
-            let passes = match (&fold, self.keeps_fold()) {
-                (Some(f), _) => guard(Some(f)),
-                (None, true) => guard(None),
-                // No fold kept here (order checks and checkpoints off): the log's, at `head`.
-                (None, false) => {
-                    let (now, built) = load_fold(&*self.shared.log, thread).await?;
-                    if now != head {
-                        a.moved_to = Some(now);
-                        c.at = None;
-                        return Ok(None);
-                    }
-                    guard(built.as_ref())
-                }
-            };
-            if !passes {
-                // As for an order rejection: refuse only against the log's latest position.
-                if !fresh && let Some(fold) = fold {
-                    self.catch_up_cached(thread, c, fold, head, None).await?;
-                    a.caught_up = true;
-                    return Ok(None);
-                }
-                c.at = Some((head, fold));
-                return Err(IngestError::Guarded);
-            }
-        }
-        let due = self.candidate_due(c, batch.len());
-        let checked = match self.check_order(thread, fold.as_ref(), batch, due) {
+        let Some(passes) = self.guard_passes(a, thread, fold.as_ref(), head).await? else {
+            c.at = None;
+            return Ok(None);
+        };
+        let checked = if passes {
+            self.check_order(
+                thread,
+                fold.as_ref(),
+                batch,
+                self.candidate_due(c, batch.len()),
+            )
+            .map_err(|mut rejection| {
+                // The index counts from the batch as given, its duplicates included.
+                *rejection.index_mut() += skip;
+                IngestError::from(rejection)
+            })
+        } else {
+            Err(IngestError::Guarded)
+        };
+        let checked = match checked {
             Ok(checked) => checked,
             // Another node may have appended what makes the batch valid (the message it
-            // writes to, say): refuse only against the log's latest position.
+            // writes to, say) or what the guard waits for: refuse only against the log's
+            // latest position.
             Err(_) if !fresh && fold.is_some() => {
                 if let Some(fold) = fold {
                     self.catch_up_cached(thread, c, fold, head, None).await?;
@@ -482,11 +475,9 @@ impl Ingest {
                 a.caught_up = true;
                 return Ok(None);
             }
-            Err(mut rejection) => {
+            Err(e) => {
                 c.at = Some((head, fold));
-                // The index counts from the batch as given, its duplicates included.
-                *rejection.index_mut() += skip;
-                return Err(rejection.into());
+                return Err(e);
             }
         };
         let extras = self.extras(&checked, a);
@@ -516,6 +507,30 @@ impl Ingest {
                 Err(e.into())
             }
         }
+    }
+
+    /// Whether the attempt's guard ([`Ingest::append_guarded`]) accepts `fold` at `head`
+    /// (`true` without a guard); `None` when the log moved past `head` meanwhile (try again).
+    async fn guard_passes(
+        &self,
+        a: &mut Attempt<'_>,
+        thread: &ThreadId,
+        fold: Option<&ThreadFold>,
+        head: LogHead,
+    ) -> Result<Option<bool>, LogError> {
+        let Some(guard) = a.guard else {
+            return Ok(Some(true));
+        };
+        if fold.is_some() || self.keeps_fold() {
+            return Ok(Some(guard(fold)));
+        }
+        // No fold kept here (order checks and checkpoints off): the log's, at `head`.
+        let (now, built) = load_fold(&*self.shared.log, thread).await?;
+        if now != head {
+            a.moved_to = Some(now);
+            return Ok(None);
+        }
+        Ok(Some(guard(built.as_ref())))
     }
 
     /// The position to check against: the cached one, or the log's (with the fold rebuilt

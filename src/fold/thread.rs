@@ -301,20 +301,22 @@ impl ThreadFold {
         after: OrderAfter,
     ) {
         let checker = match after {
-            OrderAfter::Expanded => None,
-            OrderAfter::Unchanged => Some(None),
-            OrderAfter::Changed(checker) => Some(Some(checker)),
+            OrderAfter::Unchanged => None,
+            OrderAfter::Changed(checker) => Some(checker),
+            OrderAfter::Expanded => return self.apply_checked_again(events),
         };
-        if let Some(checker) = checker {
-            for event in events {
-                self.fold.apply(event);
-                self.note_run_end(event);
-            }
-            if let Some(checker) = checker {
-                self.checker = *checker;
-            }
-            return;
+        for event in events {
+            self.fold.apply(event);
+            self.note_run_end(event);
         }
+        if let Some(checker) = checker {
+            self.checker = *checker;
+        }
+    }
+
+    /// [`Self::apply_checked`] of a batch whose events expanded to others: checked again to
+    /// get them.
+    fn apply_checked_again<'a>(&mut self, events: impl IntoIterator<Item = &'a Value>) {
         for event in events {
             if let Err(violation) = self.apply_logged(event) {
                 tracing::error!(
