@@ -1,11 +1,13 @@
-//! Fold throughput: events/s folding the largest recorded producer response, and
-//! `STATE_DELTA`s/s applied to a realistic state (single operation: in place; several: on a
-//! copy, for atomicity), plus the pure `apply_patch` the publish path uses for its 422 check.
+//! Fold throughput: events/s folding the largest recorded producer response, one tool call
+//! turn on threads of 100 and 10,000 messages (the per-event cost must not grow with the
+//! thread), and `STATE_DELTA`s/s applied to a realistic state (single operation: in place;
+//! several: on a copy, for atomicity), plus the pure `apply_patch` the publish path uses for
+//! its 422 check.
 //!
 //! `cargo bench --bench fold`
 
 use agui_fanout::fold::{Fold, apply_patch};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use std::hint::black_box;
 
@@ -36,6 +38,65 @@ fn fold_recorded(c: &mut Criterion) {
             fold
         })
     });
+    group.finish();
+}
+
+/// Turn `i`: an assistant message calling a tool, trailing text, then the tool's result,
+/// which the client places right after its call, before the text (`TOOL_CALL_RESULT`).
+fn tool_turn(i: usize) -> Vec<Value> {
+    let (a, b, c, t) = (
+        format!("a{i}"),
+        format!("b{i}"),
+        format!("c{i}"),
+        format!("t{i}"),
+    );
+    vec![
+        json!({"type": "TEXT_MESSAGE_START", "messageId": a, "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": a, "delta": "Let me look "}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": a}),
+        json!({"type": "TOOL_CALL_START", "toolCallId": c, "toolCallName": "search", "parentMessageId": a}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": c, "delta": "{\"q\": \"forks\"}"}),
+        json!({"type": "TOOL_CALL_END", "toolCallId": c}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": b, "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": b, "delta": "while it runs"}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": b}),
+        json!({"type": "TOOL_CALL_RESULT", "messageId": t, "toolCallId": c, "content": "3 found"}),
+    ]
+}
+
+fn long_thread(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fold_tool_turn");
+    let turn = tool_turn(usize::MAX);
+    group.throughput(Throughput::Elements(turn.len() as u64));
+    for turns in [33, 3_333] {
+        let mut fold = Fold::new();
+        for i in 0..turns {
+            for event in tool_turn(i) {
+                fold.apply(&event);
+            }
+        }
+        let messages = fold.messages().len();
+        // A clone holds its list and indexes at their exact size: one turn folded in the set-up
+        // makes them grow (as a thread's own fold did, amortized) before the measured turn.
+        let warm_up = tool_turn(usize::MAX - 1);
+        group.bench_function(BenchmarkId::new("messages", messages), |b| {
+            b.iter_batched_ref(
+                || {
+                    let mut fold = fold.clone();
+                    for event in &warm_up {
+                        fold.apply(event);
+                    }
+                    fold
+                },
+                |fold| {
+                    for event in &turn {
+                        black_box(fold.apply(event));
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
 }
 
@@ -94,5 +155,5 @@ fn state_delta(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fold_recorded, state_delta);
+criterion_group!(benches, fold_recorded, long_thread, state_delta);
 criterion_main!(benches);

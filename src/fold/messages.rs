@@ -59,11 +59,51 @@ impl Messages {
         self.list.push(message);
     }
 
-    /// Inserts a message before `index` (`messages.splice(index, 0, message)`).
+    /// Index of the first assistant message holding a tool call with this id (the client's
+    /// `messages.find(m => m.role === "assistant" && m.toolCalls?.some(tc => tc.id === id))`).
+    /// Through the index: the first holder of the call is nearly always its assistant message;
+    /// only when it is not (a snapshot may give any role tool calls) is the rest scanned.
+    pub(super) fn assistant_tool_call_owner(&self, tool_call_id: &str) -> Option<usize> {
+        let first = self.tool_call_owner(tool_call_id)?;
+        let is_owner = |m: &Value| {
+            m.field("role").and_then(Value::as_str) == Some("assistant")
+                && tool_call_ids(m).any(|id| id == tool_call_id)
+        };
+        self.list
+            .get(first..)?
+            .iter()
+            .position(is_owner)
+            .map(|offset| first + offset)
+    }
+
+    /// Inserts a message before `index` (`messages.splice(index, 0, message)`). At the end it
+    /// is a push; before the end only the messages from `index` on move, and the index entries
+    /// pointing at them (a tool result lands right after its call, near the end of a thread's
+    /// list however long: O(messages after it), not a rebuild of both indexes).
     pub(super) fn insert(&mut self, index: usize, message: Value) {
-        let index = index.min(self.list.len());
+        if index >= self.list.len() {
+            self.push(message);
+            return;
+        }
+        // An entry at or past `index` is the first position of an id held by the message
+        // there. From the end backwards, so that an entry moved from `p` to `p + 1` is not met
+        // again at `p + 1`.
+        for (at, moved) in self.list.iter().enumerate().skip(index).rev() {
+            if let Some(id) = moved.field("id").and_then(Value::as_str) {
+                step_past(&mut self.by_id, id, at);
+            }
+            for id in tool_call_ids(moved) {
+                step_past(&mut self.by_tool_call, id, at);
+            }
+        }
+        // The new message may now be the first holder of its ids.
+        if let Some(id) = message.field("id").and_then(Value::as_str) {
+            lower_first(&mut self.by_id, id, index);
+        }
+        for id in tool_call_ids(&message) {
+            lower_first(&mut self.by_tool_call, id, index);
+        }
         self.list.insert(index, message);
-        self.reindex();
     }
 
     /// Replaces the message at `index` (its id or tool calls may differ).
@@ -89,10 +129,7 @@ impl Messages {
 
     /// Records that the message at `index` gained a tool call with this id.
     pub(super) fn note_tool_call(&mut self, index: usize, tool_call_id: &str) {
-        self.by_tool_call
-            .entry(tool_call_id.to_owned())
-            .and_modify(|first| *first = (*first).min(index))
-            .or_insert(index);
+        lower_first(&mut self.by_tool_call, tool_call_id, index);
     }
 
     /// Rebuilds both indexes from the list.
@@ -101,6 +138,25 @@ impl Messages {
         self.by_tool_call.clear();
         for (index, message) in self.list.iter().enumerate() {
             index_message(&mut self.by_id, &mut self.by_tool_call, index, message);
+        }
+    }
+}
+
+/// Moves the first position of `id` from `at` to `at + 1` (when `at` is where it is).
+fn step_past(index_of: &mut HashMap<String, usize>, id: &str, at: usize) {
+    if let Some(first) = index_of.get_mut(id)
+        && *first == at
+    {
+        *first = at + 1;
+    }
+}
+
+/// Records `index` as the first position of `id` unless an earlier one is recorded.
+fn lower_first(index_of: &mut HashMap<String, usize>, id: &str, index: usize) {
+    match index_of.get_mut(id) {
+        Some(first) => *first = (*first).min(index),
+        None => {
+            index_of.insert(id.to_owned(), index);
         }
     }
 }
@@ -166,4 +222,109 @@ pub(super) fn merge_metadata(target: &mut Map<String, Value>, event: &Value) -> 
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The client's linear scan, which the index must answer exactly.
+    fn scanned_owner(list: &[Value], tool_call_id: &str) -> Option<usize> {
+        list.iter().position(|m| {
+            m.field("role").and_then(Value::as_str) == Some("assistant")
+                && tool_call_ids(m).any(|id| id == tool_call_id)
+        })
+    }
+
+    fn rebuilt(messages: &Messages) -> Messages {
+        let mut copy = messages.clone();
+        copy.reindex();
+        copy
+    }
+
+    /// Inserting anywhere (duplicate ids, tool calls on other roles than assistant) leaves
+    /// the indexes a rebuild would make, and the owner lookup agrees with the client's scan.
+    #[test]
+    fn insert_keeps_the_indexes_a_rebuild_makes() {
+        let mut messages = Messages::default();
+        messages.push(json!({"id": "u1", "role": "user", "content": "hi",
+            "toolCalls": [{"id": "c1"}]}));
+        messages.push(
+            json!({"id": "a1", "role": "assistant", "toolCalls": [{"id": "c1"}, {"id": "c2"}]}),
+        );
+        messages.push(json!({"id": "t1", "role": "tool", "toolCallId": "c1"}));
+        messages.push(json!({"id": "a2", "role": "assistant", "content": "done"}));
+        let inserts = [
+            (3, json!({"id": "t2", "role": "tool", "toolCallId": "c2"})),
+            (
+                0,
+                json!({"id": "a2", "role": "assistant", "toolCalls": [{"id": "c2"}]}),
+            ),
+            (2, json!({"id": "a1", "role": "user"})),
+            (
+                99,
+                json!({"id": "u1", "role": "assistant", "toolCalls": [{"id": "c3"}]}),
+            ),
+            (5, json!({"role": "tool"})),
+            (
+                1,
+                json!({"id": "x", "role": "assistant", "toolCalls": [{"id": "c1"}]}),
+            ),
+        ];
+        for (at, message) in inserts {
+            messages.insert(at, message);
+            let fresh = rebuilt(&messages);
+            assert_eq!(messages.by_id, fresh.by_id, "ids after inserting at {at}");
+            assert_eq!(
+                messages.by_tool_call, fresh.by_tool_call,
+                "tool calls after inserting at {at}"
+            );
+            for tc in ["c1", "c2", "c3", "c4"] {
+                assert_eq!(
+                    messages.assistant_tool_call_owner(tc),
+                    scanned_owner(messages.as_slice(), tc),
+                    "owner of {tc} after inserting at {at}"
+                );
+            }
+        }
+        assert_eq!(messages.len(), 10);
+    }
+
+    /// Many inserts at pseudo-random places, ids drawn from small pools so that duplicates
+    /// (of message ids and of tool call ids, on several messages) are the rule.
+    #[test]
+    fn inserts_with_duplicate_ids_match_a_rebuild() {
+        let mut messages = Messages::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..300 {
+            let role = ["assistant", "tool", "user"][next(3) as usize];
+            let calls: Vec<Value> = (0..next(3))
+                .map(|_| json!({"id": format!("c{}", next(6))}))
+                .collect();
+            let message = json!({"id": format!("m{}", next(8)), "role": role, "toolCalls": calls});
+            let at = next(messages.len() as u64 + 2) as usize;
+            messages.insert(at, message);
+            let fresh = rebuilt(&messages);
+            assert_eq!(messages.by_id, fresh.by_id, "ids at step {step}");
+            assert_eq!(
+                messages.by_tool_call, fresh.by_tool_call,
+                "calls at step {step}"
+            );
+            for tc in 0..7 {
+                let tc = format!("c{tc}");
+                assert_eq!(
+                    messages.assistant_tool_call_owner(&tc),
+                    scanned_owner(messages.as_slice(), &tc),
+                    "owner of {tc} at step {step}"
+                );
+            }
+        }
+    }
 }

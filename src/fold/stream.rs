@@ -1,7 +1,7 @@
 //! The reducer's streamed messages: text and reasoning messages, tool calls and their
 //! results, encrypted values (START / CONTENT / END and friends).
 
-use super::messages::{find_tool_call, merge_metadata, tool_call_ids};
+use super::messages::{find_tool_call, merge_metadata};
 use super::{Applied, Fold, copy_subagent_run_id, role_of, str_field};
 use crate::event::Fields;
 use serde_json::{Map, Value};
@@ -250,12 +250,9 @@ impl Fold {
         copy_subagent_run_id(&mut message, event);
         merge_metadata(&mut message, event);
 
-        let owner = tool_call_id.and_then(Value::as_str).and_then(|tc| {
-            self.messages.as_slice().iter().position(|m| {
-                m.field("role").and_then(Value::as_str) == Some("assistant")
-                    && tool_call_ids(m).any(|id| id == tc)
-            })
-        });
+        let owner = tool_call_id
+            .and_then(Value::as_str)
+            .and_then(|tc| self.messages.assistant_tool_call_owner(tc));
         match owner {
             None => self.messages.push(Value::Object(message)),
             Some(owner) => {
@@ -285,10 +282,7 @@ impl Fold {
             return Applied::Skipped("REASONING_ENCRYPTED_VALUE without entityId or value");
         };
         if str_field(event, "subtype") == Some("tool-call") {
-            let owner = self.messages.as_slice().iter().position(|m| {
-                m.field("role").and_then(Value::as_str) == Some("assistant")
-                    && tool_call_ids(m).any(|id| id == entity)
-            });
+            let owner = self.messages.assistant_tool_call_owner(entity);
             if let Some(call) = owner
                 .and_then(|i| self.messages.get_mut(i))
                 .and_then(|m| find_tool_call(m, entity))
