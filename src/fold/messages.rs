@@ -3,7 +3,9 @@
 //! `@ag-ui/client` 1.0.0 finds messages with `messages.find(m => m.id === id)` (the first
 //! match) and tool calls with `messages.find(m => m.toolCalls?.some(tc => tc.id === id))`.
 //! Those are linear scans per `TEXT_MESSAGE_CONTENT` / `TOOL_CALL_ARGS`; here two indexes give
-//! the same first match in O(1), are extended on append and rebuilt after any other change.
+//! the same first match in O(1), are extended on append, moved past an insert (a tool result
+//! placed after its call) and rebuilt after any other change (a snapshot, a replaced
+//! activity), so that no per-event fold costs O(messages in the thread).
 
 use crate::event::Fields;
 use serde_json::{Map, Value};
