@@ -1,12 +1,14 @@
 //! Fold throughput: events/s folding the largest recorded producer response, one tool call
 //! turn on threads of 100 and 10,000 messages (the per-event cost must not grow with the
-//! thread), and `STATE_DELTA`s/s applied to a realistic state (single operation: in place;
+//! thread), the publish's order check and fold of such a turn inside one run of 33 and of
+//! 3,333 turns (`publish_in_one_run`: the order state records an owner per message and tool
+//! call of the run, and the hub holds a copy of it), and `STATE_DELTA`s/s applied to a realistic state (single operation: in place;
 //! several: on a copy, for atomicity), plus the pure `apply_patch` the publish path uses for
 //! its 422 check.
 //!
 //! `cargo bench --bench fold`
 
-use agui_fanout::fold::{Fold, apply_patch};
+use agui_fanout::fold::{Fold, ThreadFold, apply_patch};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use std::hint::black_box;
@@ -100,6 +102,53 @@ fn long_thread(c: &mut Criterion) {
     group.finish();
 }
 
+/// The publish's check and fold (`ThreadFold::check_batch_only`, then `apply_checked`), one
+/// event per publish as a producer streams them, while a copy of the order state is held as
+/// the hub's frame view holds one.
+fn publish_in_one_run(c: &mut Criterion) {
+    fn publish(fold: &mut ThreadFold, event: &Value) {
+        let _view = fold.checker().clone();
+        let after = fold
+            .check_batch_only(std::iter::once(event))
+            .expect("a valid turn");
+        fold.apply_checked(std::iter::once(event), after);
+    }
+    let mut group = c.benchmark_group("publish_in_one_run");
+    let turn = tool_turn(usize::MAX);
+    group.throughput(Throughput::Elements(turn.len() as u64));
+    for turns in [33, 3_333] {
+        let mut fold = ThreadFold::new();
+        publish(
+            &mut fold,
+            &json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+        );
+        for i in 0..turns {
+            for event in tool_turn(i) {
+                publish(&mut fold, &event);
+            }
+        }
+        let warm_up = tool_turn(usize::MAX - 1);
+        group.bench_function(BenchmarkId::new("turns", turns), |b| {
+            b.iter_batched_ref(
+                || {
+                    let mut fold = fold.clone();
+                    for event in &warm_up {
+                        publish(&mut fold, event);
+                    }
+                    fold
+                },
+                |fold| {
+                    for event in &turn {
+                        publish(fold, event);
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 /// Deltas against the recorded recipe state: `n` operations per `STATE_DELTA`, cycling so
 /// the state stays the same size.
 fn deltas(n: usize) -> Vec<Value> {
@@ -155,5 +204,11 @@ fn state_delta(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fold_recorded, long_thread, state_delta);
+criterion_group!(
+    benches,
+    fold_recorded,
+    long_thread,
+    publish_in_one_run,
+    state_delta
+);
 criterion_main!(benches);

@@ -28,25 +28,37 @@ use crate::event::EventType;
 use crate::event::Fields;
 use fields::{check_lifecycle_fields, check_seed, message_list, tag_of, typed};
 use serde_json::{Map, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 mod fields;
 mod unchanged;
 
+/// One owner map: a persistent hash map (`imbl`, a hash array mapped trie), so that a clone is
+/// O(1) and an insert into a shared one copies O(log n) nodes. The broker clones the verifier
+/// for every publish that may change the order state and for every frame's order view; with
+/// `std`'s map each `TEXT_MESSAGE_START` / `TOOL_CALL_START` / `TOOL_CALL_RESULT` then copied
+/// every owner of the run, O(run) per such event (`benches/fold.rs`, `publish_in_one_run`).
+type OwnerIndex = imbl::GenericHashMap<
+    Arc<str>,
+    Owner,
+    foldhash::fast::RandomState,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
+
 /// The client's per-kind owner maps, retained for the whole run (not cleared on close).
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Owners {
-    message: HashMap<Arc<str>, Owner>,
-    tool_call: HashMap<Arc<str>, Owner>,
-    activity: HashMap<Arc<str>, Owner>,
-    reasoning: HashMap<Arc<str>, Owner>,
+    message: OwnerIndex,
+    tool_call: OwnerIndex,
+    activity: OwnerIndex,
+    reasoning: OwnerIndex,
 }
 
 impl Owners {
     /// The map a streamed construct records its owner in.
-    fn of(&self, map: OwnerMap) -> &HashMap<Arc<str>, Owner> {
+    fn of(&self, map: OwnerMap) -> &OwnerIndex {
         match map {
             OwnerMap::Message => &self.message,
             OwnerMap::ToolCall => &self.tool_call,
@@ -55,7 +67,7 @@ impl Owners {
     }
 
     /// [`Self::of`], to change.
-    fn of_mut(&mut self, map: OwnerMap) -> &mut HashMap<Arc<str>, Owner> {
+    fn of_mut(&mut self, map: OwnerMap) -> &mut OwnerIndex {
         match map {
             OwnerMap::Message => &mut self.message,
             OwnerMap::ToolCall => &mut self.tool_call,
@@ -69,9 +81,9 @@ impl Owners {
 ///
 /// [`Self::verify`] is atomic: an event it refuses leaves the state unchanged. Cloning costs
 /// the open constructs; the run's owner maps (one entry per message / tool call id seen in the
-/// run, `RUN_STARTED.input.messages` and `MESSAGES_SNAPSHOT` included) are shared until a
-/// clone records an owner, which copies them once; keys are shared `Arc<str>`, events are
-/// shared `Arc<Value>`.
+/// run, `RUN_STARTED.input.messages` and `MESSAGES_SNAPSHOT` included) are persistent maps
+/// whose nodes clones share, an owner recorded in a clone copying O(log n) of them; keys are
+/// shared `Arc<str>`, events are shared `Arc<Value>`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OrderVerifier {
     first_event_received: bool,
@@ -79,10 +91,9 @@ pub struct OrderVerifier {
     run_finished: bool,
     run_error: bool,
     open: OpenConstructs,
-    /// Shared between clones and copied on the first write: the broker clones the verifier
-    /// for every publish's check and every frame's order view, and most events (content
-    /// deltas) record no owner, so a clone stays O(open constructs) however long the run.
-    owners: Arc<Owners>,
+    /// Shared between clones, node by node (see [`OwnerIndex`]): a clone stays O(open
+    /// constructs) however long the run, and so does recording an owner in one.
+    owners: Owners,
     /// Step owners in the order the client's `activeSteps` map first saw them (the order of
     /// the `RUN_FINISHED` open-steps message).
     step_owners: Vec<Owner>,
@@ -185,7 +196,7 @@ impl OrderVerifier {
                 let id = required_str(obj, "messageId", event_type)?;
                 let replace = obj.field("replace") != Some(&Value::Bool(false));
                 if replace || !self.owners.activity.contains_key(id) {
-                    Arc::make_mut(&mut self.owners)
+                    self.owners
                         .activity
                         .insert(id.into(), tag.map(Arc::from));
                 }
@@ -193,7 +204,7 @@ impl OrderVerifier {
             T::ToolCallResult => {
                 // Records the minted tool message's owner; newest wins. No other check.
                 if let Some(id) = obj.field("messageId").and_then(Value::as_str) {
-                    Arc::make_mut(&mut self.owners)
+                    self.owners
                         .message
                         .insert(id.into(), tag.map(Arc::from));
                 }
@@ -346,7 +357,7 @@ impl OrderVerifier {
         let run = std::mem::take(&mut self.open.run);
         self.open = OpenConstructs::default();
         self.open.run = run;
-        self.owners = Arc::default();
+        self.owners = Owners::default();
         self.step_owners.clear();
         self.closed_subagents.clear();
         self.run_finished = false;
@@ -365,7 +376,7 @@ impl OrderVerifier {
                 .field("subagentRunId")
                 .and_then(Value::as_str)
                 .map(Arc::from);
-            let owners = Arc::make_mut(&mut self.owners);
+            let owners = &mut self.owners;
             let bucket = match message.field("role").and_then(Value::as_str) {
                 Some("reasoning") => &mut owners.reasoning,
                 Some("activity") => &mut owners.activity,
@@ -454,7 +465,7 @@ impl OrderVerifier {
                 Some(tag) => Some(Arc::from(tag)),
                 None => inherited.flatten(),
             };
-            Arc::make_mut(&mut self.owners)
+            self.owners
                 .of_mut(construct.owners)
                 .insert(id.into(), owner);
         }
