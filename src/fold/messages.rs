@@ -21,7 +21,7 @@ pub(super) struct Messages {
     list: Vec<Value>,
     /// First index of each string `id`.
     by_id: HashMap<String, usize>,
-    /// First index of a message (any role) whose `toolCalls` holds a call with that `id`.
+    /// First index of an assistant message whose `toolCalls` holds a call with that `id`.
     by_tool_call: HashMap<String, usize>,
 }
 
@@ -39,7 +39,9 @@ impl Messages {
         self.by_id.get(id).copied()
     }
 
-    /// Index of the first message holding a tool call with this id.
+    /// Index of the first assistant message holding a tool call with this id (the client's
+    /// `messages.find(m => m.toolCalls?.some(tc => tc.id === id))`, where only assistant
+    /// messages hold calls: see [`held_tool_call_ids`]).
     pub(super) fn tool_call_owner(&self, tool_call_id: &str) -> Option<usize> {
         self.by_tool_call.get(tool_call_id).copied()
     }
@@ -61,23 +63,6 @@ impl Messages {
         self.list.push(message);
     }
 
-    /// Index of the first assistant message holding a tool call with this id (the client's
-    /// `messages.find(m => m.role === "assistant" && m.toolCalls?.some(tc => tc.id === id))`).
-    /// Through the index: the first holder of the call is nearly always its assistant message;
-    /// only when it is not (a snapshot may give any role tool calls) is the rest scanned.
-    pub(super) fn assistant_tool_call_owner(&self, tool_call_id: &str) -> Option<usize> {
-        let first = self.tool_call_owner(tool_call_id)?;
-        let is_owner = |m: &Value| {
-            m.field("role").and_then(Value::as_str) == Some("assistant")
-                && tool_call_ids(m).any(|id| id == tool_call_id)
-        };
-        self.list
-            .get(first..)?
-            .iter()
-            .position(is_owner)
-            .map(|offset| first + offset)
-    }
-
     /// Inserts a message before `index` (`messages.splice(index, 0, message)`). At the end it
     /// is a push; before the end only the messages from `index` on move, and the index entries
     /// pointing at them (a tool result lands right after its call, near the end of a thread's
@@ -94,7 +79,7 @@ impl Messages {
             if let Some(id) = moved.field("id").and_then(Value::as_str) {
                 step_past(&mut self.by_id, id, at);
             }
-            for id in tool_call_ids(moved) {
+            for id in held_tool_call_ids(moved) {
                 step_past(&mut self.by_tool_call, id, at);
             }
         }
@@ -102,7 +87,7 @@ impl Messages {
         if let Some(id) = message.field("id").and_then(Value::as_str) {
             lower_first(&mut self.by_id, id, index);
         }
-        for id in tool_call_ids(&message) {
+        for id in held_tool_call_ids(&message) {
             lower_first(&mut self.by_tool_call, id, index);
         }
         self.list.insert(index, message);
@@ -172,9 +157,18 @@ fn index_message(
     if let Some(id) = message.field("id").and_then(Value::as_str) {
         by_id.entry(id.to_owned()).or_insert(index);
     }
-    for id in tool_call_ids(message) {
+    for id in held_tool_call_ids(message) {
         by_tool_call.entry(id.to_owned()).or_insert(index);
     }
+}
+
+/// The tool calls the client sees on a message: an assistant's `toolCalls` ids, none on other
+/// roles. The client's reducer adds calls to assistant messages only, and its enforcement
+/// strips `toolCalls` from the other roles of a `MESSAGES_SNAPSHOT` or `RUN_STARTED.input`
+/// (the fold keeps that member, PROTOCOL §2, but no event finds a call through it).
+fn held_tool_call_ids(message: &Value) -> impl Iterator<Item = &str> {
+    let assistant = message.field("role").and_then(Value::as_str) == Some("assistant");
+    tool_call_ids(message).filter(move |_| assistant)
 }
 
 /// The ids of a message's `toolCalls` (none when absent or not an array).
@@ -284,7 +278,7 @@ mod tests {
             );
             for tc in ["c1", "c2", "c3", "c4"] {
                 assert_eq!(
-                    messages.assistant_tool_call_owner(tc),
+                    messages.tool_call_owner(tc),
                     scanned_owner(messages.as_slice(), tc),
                     "owner of {tc} after inserting at {at}"
                 );
@@ -322,7 +316,7 @@ mod tests {
             for tc in 0..7 {
                 let tc = format!("c{tc}");
                 assert_eq!(
-                    messages.assistant_tool_call_owner(&tc),
+                    messages.tool_call_owner(&tc),
                     scanned_owner(messages.as_slice(), &tc),
                     "owner of {tc} at step {step}"
                 );

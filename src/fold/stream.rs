@@ -252,7 +252,7 @@ impl Fold {
 
         let owner = tool_call_id
             .and_then(Value::as_str)
-            .and_then(|tc| self.messages.assistant_tool_call_owner(tc));
+            .and_then(|tc| self.messages.tool_call_owner(tc));
         match owner {
             None => self.messages.push(Value::Object(message)),
             Some(owner) => {
@@ -282,7 +282,7 @@ impl Fold {
             return Applied::Skipped("REASONING_ENCRYPTED_VALUE without entityId or value");
         };
         if str_field(event, "subtype") == Some("tool-call") {
-            let owner = self.messages.assistant_tool_call_owner(entity);
+            let owner = self.messages.tool_call_owner(entity);
             if let Some(call) = owner
                 .and_then(|i| self.messages.get_mut(i))
                 .and_then(|m| find_tool_call(m, entity))

@@ -703,3 +703,33 @@ proptest! {
         prop_assert_eq!(doc, before);
     }
 }
+
+/// `toolCalls` on a user message of a snapshot: the client strips them, so its later
+/// `TOOL_CALL_START` adds the call to its assistant parent and the result follows that
+/// parent. The fold keeps the member but finds no call through it.
+#[test]
+fn tool_calls_on_a_non_assistant_snapshot_message_capture_nothing() {
+    let f = fold(&[
+        json!({"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u1", "role": "user", "content": "q",
+            "toolCalls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}]}]}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "a1", "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "a1"}),
+        json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f", "parentMessageId": "a1"}),
+        json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"}),
+        json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+        start("a2"),
+        end("a2"),
+        json!({"type": "TOOL_CALL_RESULT", "messageId": "t1", "toolCallId": "c1", "content": "ok"}),
+    ]);
+    let ids: Vec<&str> = f
+        .messages()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["u1", "a1", "t1", "a2"]);
+    assert_eq!(
+        f.messages()[1]["toolCalls"][0]["function"]["arguments"],
+        "{}"
+    );
+    assert_eq!(f.messages()[0]["toolCalls"][0]["function"]["arguments"], "");
+}
