@@ -233,10 +233,20 @@ mod tests {
         })
     }
 
-    fn rebuilt(messages: &Messages) -> Messages {
-        let mut copy = messages.clone();
-        copy.reindex();
-        copy
+    /// The indexes are those a rebuild makes, and the owner of each call `c0`..`c{calls}` is
+    /// the client's scan's.
+    fn agrees_with_a_rebuild(messages: &Messages, calls: usize, when: &str) {
+        let mut fresh = messages.clone();
+        fresh.reindex();
+        assert_eq!(messages.by_id, fresh.by_id, "ids {when}");
+        assert_eq!(messages.by_tool_call, fresh.by_tool_call, "calls {when}");
+        for tc in (0..calls).map(|n| format!("c{n}")) {
+            assert_eq!(
+                messages.tool_call_owner(&tc),
+                scanned_owner(messages.as_slice(), &tc),
+                "owner of {tc} {when}"
+            );
+        }
     }
 
     /// Inserting anywhere (duplicate ids, tool calls on other roles than assistant) leaves
@@ -270,19 +280,7 @@ mod tests {
         ];
         for (at, message) in inserts {
             messages.insert(at, message);
-            let fresh = rebuilt(&messages);
-            assert_eq!(messages.by_id, fresh.by_id, "ids after inserting at {at}");
-            assert_eq!(
-                messages.by_tool_call, fresh.by_tool_call,
-                "tool calls after inserting at {at}"
-            );
-            for tc in ["c1", "c2", "c3", "c4"] {
-                assert_eq!(
-                    messages.tool_call_owner(tc),
-                    scanned_owner(messages.as_slice(), tc),
-                    "owner of {tc} after inserting at {at}"
-                );
-            }
+            agrees_with_a_rebuild(&messages, 5, &format!("after inserting at {at}"));
         }
         assert_eq!(messages.len(), 10);
     }
@@ -307,20 +305,7 @@ mod tests {
             let message = json!({"id": format!("m{}", next(8)), "role": role, "toolCalls": calls});
             let at = next(messages.len() as u64 + 2) as usize;
             messages.insert(at, message);
-            let fresh = rebuilt(&messages);
-            assert_eq!(messages.by_id, fresh.by_id, "ids at step {step}");
-            assert_eq!(
-                messages.by_tool_call, fresh.by_tool_call,
-                "calls at step {step}"
-            );
-            for tc in 0..7 {
-                let tc = format!("c{tc}");
-                assert_eq!(
-                    messages.tool_call_owner(&tc),
-                    scanned_owner(messages.as_slice(), &tc),
-                    "owner of {tc} at step {step}"
-                );
-            }
+            agrees_with_a_rebuild(&messages, 7, &format!("at step {step}"));
         }
     }
 }
