@@ -66,33 +66,41 @@ fn tool_turn(i: usize) -> Vec<Value> {
     ]
 }
 
-fn long_thread(c: &mut Criterion) {
-    let mut group = c.benchmark_group("fold_tool_turn");
+/// One tool turn (`tool_turn`) measured after 33 and 3,333 earlier ones: `apply` takes one
+/// event into a `start` state, `id` names the bench from the state before the measured turn
+/// and its count of turns.
+fn bench_turns<S: Clone>(
+    c: &mut Criterion,
+    group: &str,
+    start: S,
+    apply: fn(&mut S, &Value),
+    id: fn(&S, usize) -> BenchmarkId,
+) {
+    let mut group = c.benchmark_group(group);
     let turn = tool_turn(usize::MAX);
     group.throughput(Throughput::Elements(turn.len() as u64));
+    // A clone holds its lists and indexes at their exact size: one turn applied in the set-up
+    // makes them grow (as a thread's own state did, amortized) before the measured turn.
+    let warm_up = tool_turn(usize::MAX - 1);
     for turns in [33, 3_333] {
-        let mut fold = Fold::new();
+        let mut state = start.clone();
         for i in 0..turns {
             for event in tool_turn(i) {
-                fold.apply(&event);
+                apply(&mut state, &event);
             }
         }
-        let messages = fold.messages().len();
-        // A clone holds its list and indexes at their exact size: one turn folded in the set-up
-        // makes them grow (as a thread's own fold did, amortized) before the measured turn.
-        let warm_up = tool_turn(usize::MAX - 1);
-        group.bench_function(BenchmarkId::new("messages", messages), |b| {
+        group.bench_function(id(&state, turns), |b| {
             b.iter_batched_ref(
                 || {
-                    let mut fold = fold.clone();
+                    let mut state = state.clone();
                     for event in &warm_up {
-                        fold.apply(event);
+                        apply(&mut state, event);
                     }
-                    fold
+                    state
                 },
-                |fold| {
+                |state| {
                     for event in &turn {
-                        black_box(fold.apply(event));
+                        apply(state, event);
                     }
                 },
                 BatchSize::LargeInput,
@@ -100,6 +108,18 @@ fn long_thread(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+fn long_thread(c: &mut Criterion) {
+    bench_turns(
+        c,
+        "fold_tool_turn",
+        Fold::new(),
+        |fold, event| {
+            black_box(fold.apply(event));
+        },
+        |fold, _| BenchmarkId::new("messages", fold.messages().len()),
+    );
 }
 
 /// The publish's check and fold (`ThreadFold::check_batch_only`, then `apply_checked`), one
@@ -113,40 +133,14 @@ fn publish_in_one_run(c: &mut Criterion) {
             .expect("a valid turn");
         fold.apply_checked(std::iter::once(event), after);
     }
-    let mut group = c.benchmark_group("publish_in_one_run");
-    let turn = tool_turn(usize::MAX);
-    group.throughput(Throughput::Elements(turn.len() as u64));
-    for turns in [33, 3_333] {
-        let mut fold = ThreadFold::new();
-        publish(
-            &mut fold,
-            &json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
-        );
-        for i in 0..turns {
-            for event in tool_turn(i) {
-                publish(&mut fold, &event);
-            }
-        }
-        let warm_up = tool_turn(usize::MAX - 1);
-        group.bench_function(BenchmarkId::new("turns", turns), |b| {
-            b.iter_batched_ref(
-                || {
-                    let mut fold = fold.clone();
-                    for event in &warm_up {
-                        publish(&mut fold, event);
-                    }
-                    fold
-                },
-                |fold| {
-                    for event in &turn {
-                        publish(fold, event);
-                    }
-                },
-                BatchSize::LargeInput,
-            )
-        });
-    }
-    group.finish();
+    let mut run = ThreadFold::new();
+    publish(
+        &mut run,
+        &json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+    );
+    bench_turns(c, "publish_in_one_run", run, publish, |_, turns| {
+        BenchmarkId::new("turns", turns)
+    });
 }
 
 /// Deltas against the recorded recipe state: `n` operations per `STATE_DELTA`, cycling so

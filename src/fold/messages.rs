@@ -7,6 +7,7 @@
 //! placed after its call) and rebuilt after any other change (a snapshot, a replaced
 //! activity), so that no per-event fold costs O(messages in the thread).
 
+use super::str_field;
 use crate::event::Fields;
 use serde_json::{Map, Value};
 
@@ -76,20 +77,15 @@ impl Messages {
         // there. From the end backwards, so that an entry moved from `p` to `p + 1` is not met
         // again at `p + 1`.
         for (at, moved) in self.list.iter().enumerate().skip(index).rev() {
-            if let Some(id) = moved.field("id").and_then(Value::as_str) {
-                step_past(&mut self.by_id, id, at);
-            }
-            for id in held_tool_call_ids(moved) {
-                step_past(&mut self.by_tool_call, id, at);
-            }
+            each_key(
+                &mut self.by_id,
+                &mut self.by_tool_call,
+                moved,
+                |index_of, id| step_past(index_of, id, at),
+            );
         }
         // The new message may now be the first holder of its ids.
-        if let Some(id) = message.field("id").and_then(Value::as_str) {
-            lower_first(&mut self.by_id, id, index);
-        }
-        for id in held_tool_call_ids(&message) {
-            lower_first(&mut self.by_tool_call, id, index);
-        }
+        index_message(&mut self.by_id, &mut self.by_tool_call, index, &message);
         self.list.insert(index, message);
     }
 
@@ -148,17 +144,31 @@ fn lower_first(index_of: &mut HashMap<String, usize>, id: &str, index: usize) {
     }
 }
 
+/// Records the message at `index` as the first holder of its ids, unless an earlier one is.
 fn index_message(
     by_id: &mut HashMap<String, usize>,
     by_tool_call: &mut HashMap<String, usize>,
     index: usize,
     message: &Value,
 ) {
-    if let Some(id) = message.field("id").and_then(Value::as_str) {
-        by_id.entry(id.to_owned()).or_insert(index);
+    each_key(by_id, by_tool_call, message, |index_of, id| {
+        lower_first(index_of, id, index)
+    });
+}
+
+/// Calls `f` with each index entry's key the message has: its `id` in `by_id`, each call it
+/// holds ([`held_tool_call_ids`]) in `by_tool_call`.
+fn each_key(
+    by_id: &mut HashMap<String, usize>,
+    by_tool_call: &mut HashMap<String, usize>,
+    message: &Value,
+    mut f: impl FnMut(&mut HashMap<String, usize>, &str),
+) {
+    if let Some(id) = str_field(message, "id") {
+        f(by_id, id);
     }
     for id in held_tool_call_ids(message) {
-        by_tool_call.entry(id.to_owned()).or_insert(index);
+        f(by_tool_call, id);
     }
 }
 
@@ -167,12 +177,12 @@ fn index_message(
 /// strips `toolCalls` from the other roles of a `MESSAGES_SNAPSHOT` or `RUN_STARTED.input`
 /// (the fold keeps that member, PROTOCOL §2, but no event finds a call through it).
 fn held_tool_call_ids(message: &Value) -> impl Iterator<Item = &str> {
-    let assistant = message.field("role").and_then(Value::as_str) == Some("assistant");
+    let assistant = str_field(message, "role") == Some("assistant");
     tool_call_ids(message).filter(move |_| assistant)
 }
 
 /// The ids of a message's `toolCalls` (none when absent or not an array).
-pub(super) fn tool_call_ids(message: &Value) -> impl Iterator<Item = &str> {
+fn tool_call_ids(message: &Value) -> impl Iterator<Item = &str> {
     message
         .field("toolCalls")
         .and_then(Value::as_array)
@@ -228,7 +238,7 @@ mod tests {
     /// The client's linear scan, which the index must answer exactly.
     fn scanned_owner(list: &[Value], tool_call_id: &str) -> Option<usize> {
         list.iter().position(|m| {
-            m.field("role").and_then(Value::as_str) == Some("assistant")
+            str_field(m, "role") == Some("assistant")
                 && tool_call_ids(m).any(|id| id == tool_call_id)
         })
     }
