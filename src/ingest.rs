@@ -19,6 +19,7 @@
 
 mod orphans;
 
+use crate::event::ThreadMap;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::prelude;
 use crate::fold::{OrderAfter, Rejection, ThreadFold, catch_up, load_fold};
@@ -28,7 +29,6 @@ use crate::log::{
 use crate::queue::QueueLimits;
 use crate::queue::coalesce::merged_count;
 use bytes::Bytes;
-use dashmap::DashMap;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,7 +164,7 @@ struct Shared {
     log: Arc<dyn EventLog>,
     strict_order: bool,
     checkpoint_every: usize,
-    threads: DashMap<ThreadId, Arc<Mutex<Cached>>>,
+    threads: ThreadMap<Arc<Mutex<Cached>>>,
     /// Set once the orphan sweep runs: batches holding a `RUN_STARTED` are then noted in the
     /// log's open-run registry before their append.
     tracks_runs: AtomicBool,
@@ -214,7 +214,7 @@ impl Ingest {
                 log,
                 strict_order,
                 checkpoint_every,
-                threads: DashMap::new(),
+                threads: ThreadMap::default(),
                 tracks_runs: AtomicBool::new(false),
                 clock: orphans::Clock::new(),
                 hub: std::sync::OnceLock::new(),

@@ -13,7 +13,7 @@ pub mod validate;
 pub use fields::Fields;
 pub use types::EventType;
 pub use validate::{
-    ValidationError, json_type, validate_event, validate_run_input, validate_value,
+    ValidationError, json_type, validate_event, validate_parsed, validate_run_input, validate_value,
 };
 
 use bytes::Bytes;
@@ -27,6 +27,12 @@ use std::sync::Arc;
 /// (`{threadId}`) and a URL path segment without escaping.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadId(Arc<str>);
+
+/// A concurrent map keyed by thread (the log's, the hub's and the publish path's thread
+/// tables). Hashed with foldhash, seeded per process as hashbrown's default is, rather than
+/// SipHash: each publish looks a thread up in three of them (SipHash and its set-up were 3 %
+/// of the `agent` mix's instructions in `benches/hot_path.rs`, with serde_json's maps).
+pub type ThreadMap<V> = dashmap::DashMap<ThreadId, V, foldhash::fast::RandomState>;
 
 /// Why a string is not a valid [`ThreadId`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

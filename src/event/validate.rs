@@ -16,12 +16,16 @@
 //!
 //! Objects are open: a member not in the tables is neither checked nor removed, so
 //! [`ValidEvent::json`] is the producer's object, whole and in its key order (the crate builds
-//! `serde_json` with `preserve_order` and `arbitrary_precision`), compactly re-serialised.
+//! `serde_json` with `preserve_order` and `arbitrary_precision`), compactly re-serialised, or
+//! kept as received when the bytes already are that form (`validate/compact.rs`).
 //! Which events are checked and which are refused is pinned by `tests/validate_rows.rs` and,
 //! against the recorded .NET producer output and the AG-UI conformance fixtures,
 //! `tests/validate_fixtures.rs`.
 
+mod compact;
 mod schema;
+
+pub use compact::array_elements;
 
 use super::{EventType, ThreadId, ValidEvent};
 use crate::event::Fields;
@@ -89,7 +93,7 @@ pub fn validate_event(
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ValidationError::whole(format!("malformed JSON: {e}")))?;
     // The parser refuses nesting beyond its recursion limit, which is below MAX_DEPTH.
-    finish(value, thread)
+    finish(value, Some(text.as_bytes()), thread)
 }
 
 /// Validates one parsed event against the AG-UI 1.0 schema for its `type` (module docs list the
@@ -113,7 +117,26 @@ pub fn validate_value(
             "the event nests arrays and objects more than {MAX_DEPTH} levels deep"
         )));
     }
-    finish(value, thread)
+    finish(value, None, thread)
+}
+
+/// [`validate_value`] for a value `serde_json` parsed from `raw`: the same checks and result,
+/// and when `raw` is already the compact form (the usual case) its bytes are kept as
+/// [`ValidEvent::json`] instead of serialising the value again.
+///
+/// # Errors
+/// As [`validate_value`].
+pub fn validate_parsed(
+    value: Value,
+    raw: &[u8],
+    thread: Option<&ThreadId>,
+) -> Result<ValidEvent, ValidationError> {
+    if nested_deeper_than(&value, MAX_DEPTH) {
+        return Err(ValidationError::whole(format!(
+            "the event nests arrays and objects more than {MAX_DEPTH} levels deep"
+        )));
+    }
+    finish(value, Some(raw), thread)
 }
 
 /// Validates a `RunAgentInput` (AGUI.md §2: the body of an AG-UI run request, what
@@ -139,14 +162,24 @@ pub fn validate_run_input(value: &Value) -> Result<(), ValidationError> {
     check_shape(input, schema::RUN_AGENT_INPUT, &Path::Root)
 }
 
-/// Checks a value whose depth is known to be bounded, then serialises it.
-fn finish(value: Value, thread: Option<&ThreadId>) -> Result<ValidEvent, ValidationError> {
+/// Checks a value whose depth is known to be bounded, then serialises it, or keeps `raw`, the
+/// bytes it was parsed from, when they are the serialised form already.
+fn finish(
+    value: Value,
+    raw: Option<&[u8]>,
+    thread: Option<&ThreadId>,
+) -> Result<ValidEvent, ValidationError> {
     let event_type = check_event(&value, thread)?;
-    let json = serde_json::to_vec(&value)
-        .map_err(|e| ValidationError::whole(format!("the event cannot be serialised: {e}")))?;
+    let json =
+        match raw.map(<[u8]>::trim_ascii) {
+            Some(raw) if compact::is_serialised_form(raw, &value) => Bytes::copy_from_slice(raw),
+            _ => Bytes::from(serde_json::to_vec(&value).map_err(|e| {
+                ValidationError::whole(format!("the event cannot be serialised: {e}"))
+            })?),
+        };
     Ok(ValidEvent {
         event_type,
-        json: Bytes::from(json),
+        json,
         parsed: std::sync::Arc::new(value),
     })
 }

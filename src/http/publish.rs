@@ -6,7 +6,10 @@
 use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
-use crate::event::{EventType, ThreadId, ValidEvent, validate_event, validate_value};
+use crate::event::validate::array_elements;
+use crate::event::{
+    EventType, ThreadId, ValidEvent, validate_event, validate_parsed, validate_value,
+};
 use crate::ingest::Producer;
 use crate::log::EventId;
 use crate::metrics as m;
@@ -353,18 +356,25 @@ fn parse_json_body(
         )
     })?;
     match value {
-        Value::Array(items) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let ev = validate_value(item, Some(thread))
+        Value::Array(items) => {
+            // Each element keeps its received bytes when they are the compact form.
+            let raw = array_elements(bytes).filter(|raw| raw.len() == items.len());
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let ev = match &raw {
+                        Some(raw) => validate_parsed(item, raw[i], Some(thread)),
+                        None => validate_value(item, Some(thread)),
+                    }
                     .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
-                check_size(&ev, Some(i), max_event)?;
-                Ok(ev)
-            })
-            .collect(),
+                    check_size(&ev, Some(i), max_event)?;
+                    Ok(ev)
+                })
+                .collect()
+        }
         Value::Object(_) => {
-            let ev = validate_value(value, Some(thread))
+            let ev = validate_parsed(value, bytes, Some(thread))
                 .map_err(|e| ApiError::invalid_event(e.message, e.field))?;
             check_size(&ev, None, max_event)?;
             Ok(vec![ev])
@@ -454,6 +464,31 @@ mod tests {
         assert_eq!(
             text(reply(0, None, None, 2)),
             r#"{"count":0,"firstId":null,"lastId":null,"duplicates":2}"#
+        );
+    }
+
+    /// A body's events keep their received bytes when those are the compact form, one by
+    /// one in a batch; the others are written compactly; both say the same.
+    #[test]
+    fn events_keep_their_compact_bytes() {
+        let thread = ThreadId::parse("t").expect("a thread id");
+        let compact = r#"{"type":"CUSTOM","name":"a","value":{"x":[1,2.50]}}"#;
+        let spaced = r#"{ "type": "CUSTOM", "name": "b", "value": "\u00e9" }"#;
+        let json = |events: Vec<ValidEvent>| -> Vec<String> {
+            events
+                .iter()
+                .map(|e| String::from_utf8(e.json.to_vec()).expect("UTF-8"))
+                .collect()
+        };
+        let batch = format!(" [{compact},\n {spaced} ]");
+        assert_eq!(
+            json(parse_json_body(batch.as_bytes(), &thread, 1 << 20).expect("valid")),
+            [compact, r#"{"type":"CUSTOM","name":"b","value":"é"}"#]
+        );
+        let single = format!("{compact}\n");
+        assert_eq!(
+            json(parse_json_body(single.as_bytes(), &thread, 1 << 20).expect("valid")),
+            [compact]
         );
     }
 }

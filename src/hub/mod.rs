@@ -57,12 +57,12 @@ mod tests;
 
 pub use subscribe::{Outcome, Start, Subscription, SubscriptionGuard};
 
+use crate::event::ThreadMap;
 use crate::event::order::OrderChecker;
 use crate::event::{ThreadId, ValidEvent};
 use crate::fold::ThreadFold;
 use crate::log::{EventId, EventLog, LocalAppends, LogHead, StreamPos, Tail};
 use crate::queue::{CloseReason, ConnQueue, QueueLimits};
-use dashmap::DashMap;
 use parking_lot::Mutex;
 use rand::seq::SliceRandom;
 use std::sync::Arc;
@@ -90,7 +90,7 @@ struct Shared {
     log: Arc<dyn EventLog>,
     tail: Arc<dyn Tail>,
     /// The followed threads (lock 1 of the lock order).
-    threads: DashMap<ThreadId, Arc<ThreadHub>>,
+    threads: ThreadMap<Arc<ThreadHub>>,
     limits: QueueLimits,
     next_key: AtomicU64,
     shutdown: CancellationToken,
@@ -140,7 +140,7 @@ impl Hub {
             shared: Arc::new(Shared {
                 log,
                 tail,
-                threads: DashMap::new(),
+                threads: ThreadMap::default(),
                 limits,
                 next_key: AtomicU64::new(1),
                 draining: AtomicBool::new(false),

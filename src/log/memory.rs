@@ -20,9 +20,9 @@ use super::{
     ReadFrom, ResumeCheck, ResumeGap, Retention, StreamPos, Tail, TailItem, ThreadPage,
     ThreadSummary, check_resumable,
 };
+use crate::event::ThreadMap;
 use crate::event::{ThreadId, ValidEvent};
 use bytes::Bytes;
-use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -44,7 +44,7 @@ impl Default for MemoryLog {
 }
 
 struct Shared {
-    threads: DashMap<ThreadId, Arc<ThreadLog>>,
+    threads: ThreadMap<Arc<ThreadLog>>,
     retention: Retention,
     /// The open-run registry ([`EventLog::note_open_run`]): thread → noted time (ms).
     open_runs: Mutex<HashMap<ThreadId, u64>>,
@@ -274,7 +274,7 @@ impl MemoryLog {
     /// last clone of the log is dropped.
     pub fn new(retention: Retention) -> Self {
         let shared = Arc::new(Shared {
-            threads: DashMap::new(),
+            threads: ThreadMap::default(),
             retention,
             open_runs: Mutex::new(HashMap::new()),
         });
@@ -549,7 +549,7 @@ impl EventLog for MemoryLog {
             log: self.clone(),
             sink,
             shutdown,
-            followers: DashMap::new(),
+            followers: ThreadMap::default(),
         })
     }
 }
@@ -560,7 +560,7 @@ struct MemoryTail {
     log: MemoryLog,
     sink: mpsc::Sender<TailItem>,
     shutdown: CancellationToken,
-    followers: DashMap<ThreadId, Follower>,
+    followers: ThreadMap<Follower>,
 }
 
 /// One follow of a thread.
