@@ -210,7 +210,8 @@ async fn a_subscriber_that_keeps_sending_is_closed() {
 }
 
 /// Requests the router matches but whose thread id or query cannot be read (served by hyper
-/// and axum's extractors) still get the JSON error naming the field.
+/// and axum's extractors), or whose `from` is not `start`, still get the JSON error naming
+/// the field.
 #[tokio::test]
 async fn unreadable_thread_ids_and_queries_get_json_errors() {
     let server = broker::start_memory().await;
@@ -239,6 +240,20 @@ async fn unreadable_thread_ids_and_queries_get_json_errors() {
             client.get(format!("{base}/v1/threads/t/events?from=start&from=start")),
             "invalid_query",
             "query",
+        ),
+        // A position this API does not take, served by the front and by the router (a
+        // request with a body goes to hyper): an error, not a stream from the head.
+        (
+            client.get(format!("{base}/v1/threads/t/events?from=begin")),
+            "invalid_query",
+            "from",
+        ),
+        (
+            client
+                .get(format!("{base}/v1/threads/t/events?lastEventId=&from=0"))
+                .body("x"),
+            "invalid_query",
+            "from",
         ),
     ];
     for (request, code, field) in cases {

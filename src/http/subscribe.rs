@@ -31,7 +31,7 @@ use std::time::SystemTime;
 pub(super) struct SubscribeQuery {
     /// Resume point for clients that cannot set `Last-Event-ID`.
     pub last_event_id: Option<String>,
-    /// `start`: the retained log from its first event on.
+    /// `start`: the retained log from its first event on (empty: absent; anything else: 400).
     pub from: Option<String>,
     /// A bearer token (RFC 6750 §2.3), for clients that cannot set `Authorization` (PROTOCOL §8).
     #[serde(rename = "access_token")]
@@ -138,7 +138,7 @@ pub(crate) fn authorize_front(
 /// `Last-Event-ID`: a native `EventSource` never reconnects after a non-200 answer.
 ///
 /// # Errors
-/// 400 `invalid_thread_id`.
+/// 400 `invalid_thread_id`; 400 `invalid_query` naming `from` for a `from` other than `start`.
 pub(crate) async fn open(
     state: &AppState,
     thread: &str,
@@ -148,6 +148,21 @@ pub(crate) async fn open(
     remote: Option<SocketAddr>,
 ) -> Result<Opened, ApiError> {
     let thread = parse_thread(thread)?;
+    // Any other value was a typo or a position this API does not take: silently streaming
+    // from the head instead would hide it.
+    if let Some(from) = query
+        .from
+        .as_deref()
+        .filter(|f| !f.is_empty() && *f != "start")
+    {
+        let shown: String = from.chars().take(80).collect();
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("from must be \"start\" (or absent), got {shown:?}"),
+        )
+        .field(Some("from".into())));
+    }
     if state.draining.load(Ordering::Relaxed) {
         return Ok(Opened::Unavailable(draining_answer(
             state.config.sse.retry_ms,
