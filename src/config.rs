@@ -7,8 +7,10 @@
 
 pub mod agents;
 mod console;
+mod error;
 
 pub use console::ConsoleConfig;
+pub use error::ConfigError;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -460,54 +462,6 @@ fn address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
         .map_err(|_| serde::de::Error::invalid_value(serde::de::Unexpected::Str(&raw), &EXPECTED))
 }
 
-/// A configuration that cannot be loaded or does not make sense.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file, an environment variable or a flag has a wrong key or value: one line per
-    /// problem, naming the key and where it was set (see [`describe`]).
-    #[error("configuration: {0}")]
-    Load(String),
-    /// Values that parse but contradict each other or are out of range.
-    #[error("configuration: {0}")]
-    Invalid(String),
-}
-
-/// Says what is wrong with the configuration, once per problem: the key as written in the file
-/// (`sse.heartbeat`), where the value came from (the file, or the environment variable's
-/// name), and the problem. figment's own message names environment keys in upper case with
-/// dots and the file's with its profile.
-fn describe(error: figment::Error) -> String {
-    error
-        .into_iter()
-        .map(|e| {
-            let key = e.path.join(".").to_ascii_lowercase();
-            let origin = match e.metadata.as_ref().map(|md| (&md.source, &md.name)) {
-                Some((Some(figment::Source::File(path)), _)) => format!(" in {}", path.display()),
-                Some((_, name)) if name.contains("environment") => {
-                    format!(" in AGUI_{}", key.replace('.', "__").to_ascii_uppercase())
-                }
-                Some((_, name)) => format!(" in {name}"),
-                None => String::new(),
-            };
-            match &e.kind {
-                figment::error::Kind::UnknownField(field, known) => {
-                    let table = match key.rsplit_once('.') {
-                        Some((table, _)) => format!("[{table}]"),
-                        None => "the top level".into(),
-                    };
-                    format!(
-                        "unknown key {field:?}{origin}; {table} takes {}",
-                        known.join(", ")
-                    )
-                }
-                kind if key.is_empty() => format!("{kind}{origin}"),
-                kind => format!("{key}{origin}: {kind}"),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// Flags given on the command line, applied last.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -565,7 +519,9 @@ impl Config {
         if overrides.insecure {
             fig = fig.merge(("insecure", true));
         }
-        let mut config: Config = fig.extract().map_err(|e| ConfigError::Load(describe(e)))?;
+        let mut config: Config = fig
+            .extract()
+            .map_err(|e| ConfigError::Load(error::describe(e)))?;
         for (var, field) in VERBATIM_ENV {
             match std::env::var(format!("AGUI_{var}")) {
                 Ok(value) => *field(&mut config) = value,

@@ -200,6 +200,26 @@ async fn config_errors_print_once_with_an_example() {
         "{line}"
     );
     assert_eq!(line.matches("soon").count(), 1, "{line}");
+    // A number is asked for in words, not by its Rust type (`expected usize`).
+    for (key, value, expected) in [
+        (
+            "AGUI_LIMITS__MAX_EVENT_BYTES",
+            "-1",
+            "a non-negative integer",
+        ),
+        (
+            "AGUI_RETENTION__MAX_EVENTS",
+            "many",
+            "a non-negative integer",
+        ),
+        ("AGUI_SSE__RETRY_MS", "1.5", "a non-negative integer"),
+    ] {
+        let out = agui_fanout(&["serve", "--listen", "127.0.0.1:0"], &[(key, value)]).await;
+        let line = one_error_line(&out);
+        assert!(line.contains(key), "{line}");
+        assert!(line.contains(&format!("expected {expected}")), "{line}");
+        assert!(!line.contains("usize") && !line.contains("u64"), "{line}");
+    }
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(b"listen = \"localhost\"\n").unwrap();
     let path = file.path().to_str().unwrap();
