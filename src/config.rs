@@ -462,6 +462,10 @@ fn address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
         .map_err(|_| serde::de::Error::invalid_value(serde::de::Unexpected::Str(&raw), &EXPECTED))
 }
 
+/// The shortest `auth.hs256_secret` accepted, in bytes: RFC 7518 §3.2 wants an HS256 key at
+/// least as long as the hash (256 bits).
+pub const MIN_HS256_SECRET: usize = 32;
+
 /// Flags given on the command line, applied last.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -602,8 +606,7 @@ impl Config {
         if self.auth.enabled() && self.auth.cookie.is_empty() {
             return bad("auth.cookie must not be empty");
         }
-        // RFC 7518 §3.2: an HS256 key must be at least as long as the hash, 256 bits.
-        if !self.auth.hs256_secret.is_empty() && self.auth.hs256_secret.len() < 32 {
+        if !self.auth.hs256_secret.is_empty() && self.auth.hs256_secret.len() < MIN_HS256_SECRET {
             return bad("auth.hs256_secret must be at least 32 bytes (RFC 7518 §3.2)");
         }
         let any_origin = self.cors.allow_origins.iter().any(|o| o == "*");

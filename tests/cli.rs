@@ -152,6 +152,19 @@ async fn token_takes_audience_and_issuer() {
     server.stop().await;
 }
 
+/// `token` refuses a secret the broker would refuse (under 32 bytes), and without one says
+/// where it may come from.
+#[tokio::test]
+async fn token_refuses_a_secret_the_broker_refuses() {
+    let out = agui_fanout(&["token", "--secret", "short", "--admin"], &[]).await;
+    let line = one_error_line(&out);
+    assert!(line.contains("at least 32 bytes"), "{line}");
+    assert!(!line.contains("short"), "the secret is not echoed: {line}");
+    let out = agui_fanout(&["token", "--admin"], &[("AGUI_AUTH__HS256_SECRET", "")]).await;
+    let line = one_error_line(&out);
+    assert!(line.contains("AGUI_AUTH__HS256_SECRET"), "{line}");
+}
+
 /// A user error prints one line without a Rust backtrace or `Error:` dump, exit code 1.
 #[tokio::test]
 async fn user_errors_print_one_line_without_a_backtrace() {

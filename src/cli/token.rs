@@ -3,14 +3,16 @@
 //! broker may require. Signing is
 //! [`crate::http::auth::DevToken`].
 
+use crate::config::MIN_HS256_SECRET;
 use std::time::Duration;
 
 /// Arguments of `token`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TokenArgs {
-    /// The HS256 secret (default: AGUI_AUTH__HS256_SECRET).
+    /// The HS256 secret, at least 32 bytes as the broker requires (default:
+    /// AGUI_AUTH__HS256_SECRET).
     #[arg(long, env = "AGUI_AUTH__HS256_SECRET", hide_env_values = true)]
-    pub secret: String,
+    pub secret: Option<String>,
     /// A thread pattern the token may subscribe to (repeatable).
     #[arg(long)]
     pub subscribe: Vec<String>,
@@ -38,8 +40,18 @@ pub struct TokenArgs {
 /// such claim, as the broker's empty settings mean).
 ///
 /// # Errors
-/// The `jsonwebtoken` crate's, when signing fails.
-pub fn run(args: &TokenArgs) -> Result<String, jsonwebtoken::errors::Error> {
+/// No secret, or one shorter than the broker accepts ([`MIN_HS256_SECRET`] bytes: a token it
+/// could never verify); the `jsonwebtoken` crate's, when signing fails.
+pub fn run(args: &TokenArgs) -> anyhow::Result<String> {
+    let Some(secret) = args.secret.as_deref().filter(|s| !s.is_empty()) else {
+        anyhow::bail!("no secret: pass --secret or set AGUI_AUTH__HS256_SECRET");
+    };
+    if secret.len() < MIN_HS256_SECRET {
+        anyhow::bail!(
+            "the secret must be at least {MIN_HS256_SECRET} bytes, as the broker's \
+             auth.hs256_secret (RFC 7518 §3.2)"
+        );
+    }
     let ttl = (!args.ttl.is_zero()).then_some(args.ttl);
     fn claim(v: &Option<String>) -> Option<&str> {
         v.as_deref().filter(|v| !v.is_empty())
@@ -52,5 +64,6 @@ pub fn run(args: &TokenArgs) -> Result<String, jsonwebtoken::errors::Error> {
         audience: claim(&args.audience),
         issuer: claim(&args.issuer),
     }
-    .sign_hs256(&args.secret)
+    .sign_hs256(secret)
+    .map_err(Into::into)
 }
