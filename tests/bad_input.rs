@@ -350,15 +350,20 @@ async fn refused_publishes(server: &Server) -> Vec<String> {
         assert_nothing_appended(server, t, what).await;
     }
 
-    // NDJSON lines that are not events.
-    for (what, line) in [
-        ("NDJSON: malformed line", "{\"type\":"),
-        ("NDJSON: a number", "5"),
-        ("NDJSON: an array", "[{\"type\":\"RAW\",\"event\":1}]"),
+    // NDJSON lines that are not events; malformed JSON has the code it has in a JSON body.
+    for (what, line, code) in [
+        ("NDJSON: malformed line", "{\"type\":", "invalid_json"),
+        ("NDJSON: a number", "5", "invalid_event"),
+        (
+            "NDJSON: an array",
+            "[{\"type\":\"RAW\",\"event\":1}]",
+            "invalid_event",
+        ),
     ] {
         let body = format!("{}\n{}\n{line}\n{}\n", valid(1), valid(2), valid(3));
         let r = post(&base, t, Some(NDJSON), body).await;
         r.refused(bad, what, Some(2), None);
+        assert_eq!(r.code(), code, "{what}: {}", r.text);
         assert_nothing_appended(server, t, what).await;
     }
 

@@ -7,9 +7,7 @@ use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
 use crate::event::validate::array_elements;
-use crate::event::{
-    EventType, ThreadId, ValidEvent, validate_event, validate_parsed, validate_value,
-};
+use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
 use crate::metrics as m;
@@ -402,7 +400,17 @@ fn parse_ndjson_body(
         if line.len() > max_event {
             return Err(too_large("the event", max_event).at(i));
         }
-        let ev = validate_event(line, Some(thread))
+        // Malformed JSON is `invalid_json`, as in a JSON body; a line that parses but is not a
+        // valid event is `invalid_event`.
+        let value: Value = serde_json::from_slice(line).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("malformed JSON: {e}"),
+            )
+            .at(i)
+        })?;
+        let ev = validate_parsed(value, line, Some(thread))
             .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
         events.push(ev);
     }
