@@ -250,6 +250,21 @@ async fn refused_publishes(server: &Server) -> Vec<String> {
             None,
             None,
         ),
+        // serde_json's number marker: parsed, it would turn the object into the number 12.
+        (
+            "the reserved member name",
+            br#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Number":"12"}}"#
+                .to_vec(),
+            None,
+            None,
+        ),
+        (
+            "the reserved member name, escaped, in a batch",
+            br#"[{"type":"RAW","event":1},{"type":"RAW","event":{"\u0024serde_json::private::Number":"abc"}}]"#
+                .to_vec(),
+            None,
+            None,
+        ),
     ];
     for (what, body, index, field) in cases {
         let r = post(&base, t, Some(JSON), body).await;
@@ -357,6 +372,11 @@ async fn refused_publishes(server: &Server) -> Vec<String> {
         (
             "NDJSON: an array",
             "[{\"type\":\"RAW\",\"event\":1}]",
+            "invalid_event",
+        ),
+        (
+            "NDJSON: the reserved member name",
+            "{\"type\":\"RAW\",\"event\":{\"$serde_json::private::Number\":\"5\"}}",
             "invalid_event",
         ),
     ] {

@@ -25,7 +25,7 @@
 mod compact;
 mod schema;
 
-pub use compact::array_elements;
+pub use compact::{RESERVED_MEMBER, array_elements, names_reserved_member};
 
 use super::{EventType, ThreadId, ValidEvent};
 use crate::event::Fields;
@@ -90,10 +90,21 @@ pub fn validate_event(
             e.valid_up_to()
         ))
     })?;
+    if names_reserved_member(bytes) {
+        return Err(reserved_member());
+    }
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ValidationError::whole(format!("malformed JSON: {e}")))?;
     // The parser refuses nesting beyond its recursion limit, which is below MAX_DEPTH.
     finish(value, Some(text.as_bytes()), thread)
+}
+
+/// The refusal of JSON text naming [`RESERVED_MEMBER`] ([`names_reserved_member`]).
+pub fn reserved_member() -> ValidationError {
+    ValidationError::whole(format!(
+        "the member name {RESERVED_MEMBER:?} is reserved (the broker's JSON parser reads an \
+         object holding it as a number) and is not accepted"
+    ))
 }
 
 /// Validates one parsed event against the AG-UI 1.0 schema for its `type` (module docs list the

@@ -6,7 +6,7 @@
 use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
-use crate::event::validate::array_elements;
+use crate::event::validate::{array_elements, names_reserved_member, reserved_member};
 use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
@@ -346,6 +346,9 @@ fn parse_json_body(
     thread: &ThreadId,
     max_event: usize,
 ) -> Result<Vec<ValidEvent>, ApiError> {
+    if names_reserved_member(bytes) {
+        return Err(ApiError::invalid_event(reserved_member().message, None));
+    }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -402,6 +405,9 @@ fn parse_ndjson_body(
         }
         // Malformed JSON is `invalid_json`, as in a JSON body; a line that parses but is not a
         // valid event is `invalid_event`.
+        if names_reserved_member(line) {
+            return Err(ApiError::invalid_event(reserved_member().message, None).at(i));
+        }
         let value: Value = serde_json::from_slice(line).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
