@@ -18,7 +18,7 @@
 //! [`ValidEvent::json`] is the producer's object, whole and in its key order (the crate builds
 //! `serde_json` with `preserve_order` and `arbitrary_precision`), compactly re-serialised, or
 //! kept as received when the bytes already are that form (`validate/compact.rs`).
-//! Which events are checked and which are refused is pinned by `tests/validate_rows.rs` and,
+//! Which events are checked and which are refused is pinned by `tests/validate_rows/` and,
 //! against the recorded .NET producer output and the AG-UI conformance fixtures,
 //! `tests/validate_fixtures.rs`.
 

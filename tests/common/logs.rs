@@ -1,4 +1,4 @@
-//! The log backends' test harness, shared by `log_contract.rs`, `redis_format.rs` and
+//! The log backends' test harness, shared by `log_contract/`, `redis_format.rs` and
 //! `redis_outage.rs`: a [`Fixture`] per test (memory or Redis backend, random thread ids whose
 //! Redis keys are deleted on drop), test events, a running tail ([`TailHarness`]) and direct
 //! Redis access to the documented keys.

@@ -1,5 +1,5 @@
 //! Unit tests of the validation engine's private parts: JSON Pointer syntax, the nesting
-//! bound and how field paths render. The table rows live in `tests/validate_rows.rs`.
+//! bound and how field paths render. The table rows live in `tests/validate_rows/`.
 
 use super::*;
 use serde_json::json;
