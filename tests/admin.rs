@@ -225,7 +225,7 @@ async fn bad_queries_name_the_field() {
         ("prefix=a%20b", "prefix"),
         ("cursor=nope", "cursor"),
         ("cursor=1.a%20b", "cursor"),
-        ("limit=1&limit=2", "query"),
+        ("limit=1&limit=2", "limit"),
     ] {
         let (status, e) = get(&format!("{base}/v1/threads?{query}"), None).await;
         assert_eq!(status, 400, "{query}: {e}");

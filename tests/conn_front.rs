@@ -239,7 +239,7 @@ async fn unreadable_thread_ids_and_queries_get_json_errors() {
         (
             client.get(format!("{base}/v1/threads/t/events?from=start&from=start")),
             "invalid_query",
-            "query",
+            "from",
         ),
         // A position this API does not take, served by the front and by the router (a
         // request with a body goes to hyper): an error, not a stream from the head.

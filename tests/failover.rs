@@ -238,7 +238,7 @@ async fn a_client_holding_a_lost_tail_gets_every_event_after_the_fork() {
     let second = agui::read_until(&mut resumed, &last).await;
     drop(resumed);
     assert!(
-        second.contains(": agui-fanout: Last-Event-ID not resumable (unknown), starting at the last event the log holds before it"),
+        second.contains(": agui-fanout: Last-Event-ID not resumable (unknown), prelude at the last event the log holds before it, then every later event"),
         "{second}"
     );
     let events = agui::body_events(&second);

@@ -53,16 +53,24 @@ impl From<PathRejection> for ApiError {
 }
 
 /// A query string that does not parse (a duplicated key, a malformed escape): 400
-/// `invalid_query` naming `query`, in JSON (axum's own rejection is plain text).
+/// `invalid_query` naming the duplicated parameter, else `query`, in JSON (axum's own
+/// rejection is plain text).
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_query",
-            rejection.body_text(),
-        )
-        .field(Some("query".into()))
+        let text = rejection.body_text();
+        let field = query_field(&text).to_string();
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", text).field(Some(field))
     }
+}
+
+/// The field an `invalid_query` names for a query that does not parse, from the parser's
+/// message: a repeated parameter (serde's "duplicate field `from`") by its name, anything else
+/// as `query`.
+pub(super) fn query_field(message: &str) -> &str {
+    message
+        .split_once("duplicate field `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map_or("query", |(name, _)| name)
 }
 
 impl ApiError {

@@ -249,7 +249,7 @@ pub(crate) async fn open(
             metrics::counter!(m::RESUMES, "outcome" => "prelude").increment(1);
             metrics::counter!(m::RESETS, "cause" => gap.as_str()).increment(1);
             prefix.push(sse::encode_comment(&format!(
-                "agui-fanout: Last-Event-ID not resumable ({}), starting at the last event the log holds before it",
+                "agui-fanout: Last-Event-ID not resumable ({}), prelude at the last event the log holds before it, then every later event",
                 gap.as_str()
             )));
         }

@@ -55,8 +55,10 @@ fn admin<Q: Default + for<'de> Deserialize<'de>>(
     state.authorize_admin(headers, query_token(query).as_deref())?;
     match query {
         None => Ok(Q::default()),
-        Some(query) => serde_urlencoded::from_str(query)
-            .map_err(|e| invalid_query("query", format!("the query does not parse: {e}"))),
+        Some(query) => serde_urlencoded::from_str(query).map_err(|e| {
+            let message = format!("the query does not parse: {e}");
+            invalid_query(super::error::query_field(&message), message.clone())
+        }),
     }
 }
 
