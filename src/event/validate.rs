@@ -23,9 +23,11 @@
 //! `tests/validate_fixtures.rs`.
 
 mod compact;
+mod received;
 mod schema;
 
-pub use compact::{RESERVED_MEMBER, array_elements, names_reserved_member};
+pub use compact::array_elements;
+pub use received::{ParseError, RESERVED_MEMBER, parse_received};
 
 use super::{EventType, ThreadId, ValidEvent};
 use crate::event::Fields;
@@ -90,21 +92,10 @@ pub fn validate_event(
             e.valid_up_to()
         ))
     })?;
-    if names_reserved_member(bytes) {
-        return Err(reserved_member());
-    }
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ValidationError::whole(format!("malformed JSON: {e}")))?;
+    let value =
+        received::parse_received_text(text).map_err(|e| ValidationError::whole(e.to_string()))?;
     // The parser refuses nesting beyond its recursion limit, which is below MAX_DEPTH.
     finish(value, Some(text.as_bytes()), thread)
-}
-
-/// The refusal of JSON text naming [`RESERVED_MEMBER`] ([`names_reserved_member`]).
-pub fn reserved_member() -> ValidationError {
-    ValidationError::whole(format!(
-        "the member name {RESERVED_MEMBER:?} is reserved (the broker's JSON parser reads an \
-         object holding it as a number) and is not accepted"
-    ))
 }
 
 /// Validates one parsed event against the AG-UI 1.0 schema for its `type` (module docs list the
@@ -123,12 +114,7 @@ pub fn validate_value(
     value: Value,
     thread: Option<&ThreadId>,
 ) -> Result<ValidEvent, ValidationError> {
-    if nested_deeper_than(&value, MAX_DEPTH) {
-        return Err(ValidationError::whole(format!(
-            "the event nests arrays and objects more than {MAX_DEPTH} levels deep"
-        )));
-    }
-    finish(value, None, thread)
+    bounded(value, None, thread)
 }
 
 /// [`validate_value`] for a value `serde_json` parsed from `raw`: the same checks and result,
@@ -142,12 +128,22 @@ pub fn validate_parsed(
     raw: &[u8],
     thread: Option<&ThreadId>,
 ) -> Result<ValidEvent, ValidationError> {
+    bounded(value, Some(raw), thread)
+}
+
+/// Refuses a value nested deeper than [`MAX_DEPTH`] (one not from the parser may be), then
+/// [`finish`]es it.
+fn bounded(
+    value: Value,
+    raw: Option<&[u8]>,
+    thread: Option<&ThreadId>,
+) -> Result<ValidEvent, ValidationError> {
     if nested_deeper_than(&value, MAX_DEPTH) {
         return Err(ValidationError::whole(format!(
             "the event nests arrays and objects more than {MAX_DEPTH} levels deep"
         )));
     }
-    finish(value, Some(raw), thread)
+    finish(value, raw, thread)
 }
 
 /// Validates a `RunAgentInput` (AGUI.md §2: the body of an AG-UI run request, what

@@ -2,7 +2,7 @@
 //! `input` echo the broker adds to a `RUN_STARTED` that has none (PROTOCOL §11 "The run's
 //! input in the thread").
 
-use crate::event::validate::{names_reserved_member, reserved_member};
+use crate::event::validate::{ParseError, parse_received};
 use crate::event::{ThreadId, validate_run_input};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -40,16 +40,12 @@ impl RunInput {
     /// # Errors
     /// [`InputError`] naming the member at fault.
     pub fn parse(body: &[u8]) -> Result<RunInput, InputError> {
-        if names_reserved_member(body) {
-            return Err(InputError {
-                code: "invalid_run_input",
-                message: reserved_member().message,
-                field: None,
-            });
-        }
-        let mut value: Value = serde_json::from_slice(body).map_err(|e| InputError {
-            code: "invalid_json",
-            message: format!("malformed JSON: {e}"),
+        let mut value = parse_received(body).map_err(|e| InputError {
+            code: match e {
+                ParseError::Malformed(_) => "invalid_json",
+                ParseError::Reserved => "invalid_run_input",
+            },
+            message: e.to_string(),
             field: None,
         })?;
         if let Some(obj) = value.as_object_mut()

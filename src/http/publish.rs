@@ -6,7 +6,7 @@
 use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
-use crate::event::validate::{array_elements, names_reserved_member, reserved_member};
+use crate::event::validate::{ParseError, array_elements, parse_received};
 use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
@@ -346,16 +346,7 @@ fn parse_json_body(
     thread: &ThreadId,
     max_event: usize,
 ) -> Result<Vec<ValidEvent>, ApiError> {
-    if names_reserved_member(bytes) {
-        return Err(ApiError::invalid_event(reserved_member().message, None));
-    }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            format!("malformed JSON: {e}"),
-        )
-    })?;
+    let value = parse_received(bytes).map_err(parse_refusal)?;
     match value {
         Value::Array(items) => {
             // Each element keeps its received bytes when they are the compact form.
@@ -387,6 +378,17 @@ fn parse_json_body(
     }
 }
 
+/// A body or NDJSON line that did not parse: 400 `invalid_json` when it is not JSON, as in
+/// either format; `invalid_event` when it names the reserved member.
+fn parse_refusal(e: ParseError) -> ApiError {
+    match e {
+        ParseError::Malformed(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string())
+        }
+        ParseError::Reserved => ApiError::invalid_event(e.to_string(), None),
+    }
+}
+
 /// An NDJSON body: one event object per line; blank lines are ignored.
 fn parse_ndjson_body(
     bytes: &[u8],
@@ -403,19 +405,7 @@ fn parse_ndjson_body(
         if line.len() > max_event {
             return Err(too_large("the event", max_event).at(i));
         }
-        // Malformed JSON is `invalid_json`, as in a JSON body; a line that parses but is not a
-        // valid event is `invalid_event`.
-        if names_reserved_member(line) {
-            return Err(ApiError::invalid_event(reserved_member().message, None).at(i));
-        }
-        let value: Value = serde_json::from_slice(line).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("malformed JSON: {e}"),
-            )
-            .at(i)
-        })?;
+        let value = parse_received(line).map_err(|e| parse_refusal(e).at(i))?;
         let ev = validate_parsed(value, line, Some(thread))
             .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
         events.push(ev);

@@ -74,57 +74,9 @@ pub fn array_elements(raw: &[u8]) -> Option<Vec<&[u8]>> {
     Some(elements)
 }
 
-/// The member name `serde_json` (built with `arbitrary_precision`) keeps for numbers: an object
-/// holding it parses as a number (`{"$serde_json::private::Number":"12"}` becomes `12`, even
-/// where the schema wants an integer) or fails with a misleading message, so received JSON may
-/// not use it.
-pub const RESERVED_MEMBER: &str = "$serde_json::private::Number";
-
-/// Whether `raw`, JSON text, names [`RESERVED_MEMBER`] as a member anywhere, however escaped.
-/// Only text holding `$serde_json` or a `\u` escape is scanned; for other text this is one
-/// `memchr2` pass (two `memmem::find` calls cost 1,100 instructions per event in
-/// `benches/hot_path.rs`, mostly setting up their searchers).
-pub fn names_reserved_member(raw: &[u8]) -> bool {
-    let suspect = memchr::memchr2_iter(b'$', b'\\', raw).any(|at| match raw[at] {
-        b'$' => raw[at..].starts_with(b"$serde_json"),
-        _ => raw.get(at + 1) == Some(&b'u'),
-    });
-    if !suspect {
-        return false;
-    }
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] != b'"' {
-            i += 1;
-            continue;
-        }
-        // Malformed text: the parser says what is wrong with it.
-        let Some(end) = string_end(raw, i, Escapes::Any) else {
-            return false;
-        };
-        let is_key = raw[end..]
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b':');
-        if is_key {
-            let name = &raw[i + 1..end - 1];
-            let reserved = if name.contains(&b'\\') {
-                serde_json::from_slice::<String>(&raw[i..end]).is_ok_and(|n| n == RESERVED_MEMBER)
-            } else {
-                name == RESERVED_MEMBER.as_bytes()
-            };
-            if reserved {
-                return true;
-            }
-        }
-        i = end;
-    }
-    false
-}
-
 /// Which escapes [`string_end`] lets through.
 #[derive(Clone, Copy, PartialEq)]
-enum Escapes {
+pub(super) enum Escapes {
     /// Only those serde_json writes the same way: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
     /// `\t` (`\/` and `\uXXXX` it writes differently or, for control characters, maybe
     /// not: unsure).
@@ -137,7 +89,7 @@ enum Escapes {
 /// end or holds an escape `escapes` refuses. Jumps from escape to escape with `memchr`: most
 /// of an event's bytes are in strings, and a byte-at-a-time scan cost as much as the
 /// serialisation it replaces.
-fn string_end(raw: &[u8], start: usize, escapes: Escapes) -> Option<usize> {
+pub(super) fn string_end(raw: &[u8], start: usize, escapes: Escapes) -> Option<usize> {
     let mut j = start + 1;
     loop {
         let k = j + memchr::memchr2(b'"', b'\\', raw.get(j..)?)?;
@@ -166,7 +118,7 @@ fn count_members(value: &Value) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{array_elements, is_serialised_form, names_reserved_member};
+    use super::{array_elements, is_serialised_form};
     use serde_json::Value;
 
     /// Whether the check accepts `raw`, after asserting it never accepts a spelling that
@@ -299,25 +251,5 @@ mod tests {
         );
         assert_eq!(array_elements(b"[]").unwrap(), Vec::<&[u8]>::new());
         assert_eq!(array_elements(br#"{"a":1}"#), None);
-    }
-
-    #[test]
-    fn the_reserved_member_is_found_however_spelled() {
-        for raw in [
-            r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Number":"12"}}"#,
-            r#"{"$serde_json::private::Number" : "1","type":"CUSTOM"}"#,
-            r#"[{"a":[{"b":{"\u0024serde_json::private::Number":12}}]}]"#,
-            r#"{"x":{"$serde_json::private::\u004eumber":"abc","b":1}}"#,
-        ] {
-            assert!(names_reserved_member(raw.as_bytes()), "{raw}");
-        }
-        for raw in [
-            r#"{"type":"CUSTOM","name":"n","value":"$serde_json::private::Number"}"#,
-            r#"{"type":"CUSTOM","name":"\u00e9","value":["$serde_json::private::Number",1]}"#,
-            r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Numbers":1}}"#,
-            r#"{"type":"CUSTOM","name":"n","value":1}"#,
-        ] {
-            assert!(!names_reserved_member(raw.as_bytes()), "{raw}");
-        }
     }
 }

@@ -57,7 +57,8 @@ fn admin<Q: Default + for<'de> Deserialize<'de>>(
         None => Ok(Q::default()),
         Some(query) => serde_urlencoded::from_str(query).map_err(|e| {
             let message = format!("the query does not parse: {e}");
-            invalid_query(super::error::query_field(&message), message.clone())
+            let field = super::error::query_field(&message).to_owned();
+            invalid_query(&field, message)
         }),
     }
 }

@@ -1,0 +1,127 @@
+//! Received JSON text into a value: the one parse of a producer's or a caller's bytes (a
+//! publish's body or NDJSON line, an SSE ingest's or upstream agent's `data`, a log entry read
+//! back, a run request), refusing the member name the parser reserves.
+
+use super::compact::{Escapes, string_end};
+use serde_json::Value;
+use std::fmt;
+
+/// The member name `serde_json` (built with `arbitrary_precision`) keeps for numbers: an object
+/// holding it parses as a number (`{"$serde_json::private::Number":"12"}` becomes `12`, even
+/// where the schema wants an integer) or fails with a misleading message, so received JSON may
+/// not use it.
+pub const RESERVED_MEMBER: &str = "$serde_json::private::Number";
+
+/// Whether `raw`, JSON text, names [`RESERVED_MEMBER`] as a member anywhere, however escaped.
+/// Only text holding `$serde_json` or a `\u` escape is scanned; for other text this is one
+/// `memchr2` pass (two `memmem::find` calls cost 1,100 instructions per event in
+/// `benches/hot_path.rs`, mostly setting up their searchers).
+fn names_reserved_member(raw: &[u8]) -> bool {
+    let suspect = memchr::memchr2_iter(b'$', b'\\', raw).any(|at| match raw[at] {
+        b'$' => raw[at..].starts_with(b"$serde_json"),
+        _ => raw.get(at + 1) == Some(&b'u'),
+    });
+    if !suspect {
+        return false;
+    }
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        // Malformed text: the parser says what is wrong with it.
+        let Some(end) = string_end(raw, i, Escapes::Any) else {
+            return false;
+        };
+        let is_key = raw[end..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b':');
+        if is_key {
+            let name = &raw[i + 1..end - 1];
+            let reserved = if name.contains(&b'\\') {
+                serde_json::from_slice::<String>(&raw[i..end]).is_ok_and(|n| n == RESERVED_MEMBER)
+            } else {
+                name == RESERVED_MEMBER.as_bytes()
+            };
+            if reserved {
+                return true;
+            }
+        }
+        i = end;
+    }
+    false
+}
+
+/// Why received JSON text did not become a value.
+#[derive(Debug)]
+pub enum ParseError {
+    /// Not JSON (the parser's error; not UTF-8 included).
+    Malformed(serde_json::Error),
+    /// JSON naming [`RESERVED_MEMBER`].
+    Reserved,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Malformed(e) => write!(f, "malformed JSON: {e}"),
+            ParseError::Reserved => write!(
+                f,
+                "the member name {RESERVED_MEMBER:?} is reserved (the broker's JSON parser \
+                 reads an object holding it as a number) and is not accepted"
+            ),
+        }
+    }
+}
+
+/// Parses received JSON text: refused when it names [`RESERVED_MEMBER`] anywhere (which the
+/// parser would turn into a number), else `serde_json`'s value or error.
+///
+/// # Errors
+/// [`ParseError::Reserved`], or [`ParseError::Malformed`] with the parser's error.
+pub fn parse_received(raw: &[u8]) -> Result<Value, ParseError> {
+    refuse_reserved(raw, || serde_json::from_slice(raw))
+}
+
+/// [`parse_received`] for text known to be UTF-8 (the parser then does not check it again).
+pub(super) fn parse_received_text(text: &str) -> Result<Value, ParseError> {
+    refuse_reserved(text.as_bytes(), || serde_json::from_str(text))
+}
+
+/// `parse` of `raw`, unless `raw` names [`RESERVED_MEMBER`].
+fn refuse_reserved(
+    raw: &[u8],
+    parse: impl FnOnce() -> serde_json::Result<Value>,
+) -> Result<Value, ParseError> {
+    if names_reserved_member(raw) {
+        return Err(ParseError::Reserved);
+    }
+    parse().map_err(ParseError::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_reserved_member;
+
+    #[test]
+    fn the_reserved_member_is_found_however_spelled() {
+        for raw in [
+            r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Number":"12"}}"#,
+            r#"{"$serde_json::private::Number" : "1","type":"CUSTOM"}"#,
+            r#"[{"a":[{"b":{"\u0024serde_json::private::Number":12}}]}]"#,
+            r#"{"x":{"$serde_json::private::\u004eumber":"abc","b":1}}"#,
+        ] {
+            assert!(names_reserved_member(raw.as_bytes()), "{raw}");
+        }
+        for raw in [
+            r#"{"type":"CUSTOM","name":"n","value":"$serde_json::private::Number"}"#,
+            r#"{"type":"CUSTOM","name":"\u00e9","value":["$serde_json::private::Number",1]}"#,
+            r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Numbers":1}}"#,
+            r#"{"type":"CUSTOM","name":"n","value":1}"#,
+        ] {
+            assert!(!names_reserved_member(raw.as_bytes()), "{raw}");
+        }
+    }
+}
