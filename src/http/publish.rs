@@ -484,10 +484,12 @@ mod tests {
                 .map(|e| String::from_utf8(e.json.to_vec()).expect("UTF-8"))
                 .collect()
         };
-        let batch = format!(" [{compact},\n {spaced} ]");
+        // Two compact elements of one shape: each must keep its own bytes, not its neighbour's.
+        let twin = r#"{"type":"CUSTOM","name":"c","value":{"x":[3,4.75]}}"#;
+        let batch = format!(" [{compact},\n {spaced} ,{twin}]");
         assert_eq!(
             json(parse_json_body(batch.as_bytes(), &thread, 1 << 20).expect("valid")),
-            [compact, r#"{"type":"CUSTOM","name":"b","value":"é"}"#]
+            [compact, r#"{"type":"CUSTOM","name":"b","value":"é"}"#, twin]
         );
         let single = format!("{compact}\n");
         assert_eq!(
