@@ -29,7 +29,6 @@ use crate::log::{
 use crate::queue::QueueLimits;
 use crate::queue::coalesce::merged_count;
 use bytes::Bytes;
-use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -126,7 +125,7 @@ impl Checked {
     /// checkpoint candidate goes with the batch).
     fn check<'a>(
         fold: &ThreadFold,
-        batch: impl IntoIterator<Item = &'a Value>,
+        batch: impl IntoIterator<Item = &'a ValidEvent>,
         build: bool,
     ) -> Result<Checked, Rejection> {
         if build {
@@ -402,7 +401,7 @@ impl Ingest {
         // Merge keys only for a batch that could be too large: most publishes are one event.
         let max_frames = self.max_batch_frames();
         if events.len() > max_frames
-            && merged_count(events.iter().map(|e| (e.event_type, &*e.parsed))) > max_frames
+            && merged_count(events.iter().map(|e| (e.event_type, e))) > max_frames
         {
             return Err(IngestError::BatchFramesTooLarge(max_frames));
         }
@@ -570,8 +569,8 @@ impl Ingest {
         batch: &[ValidEvent],
         due: bool,
     ) -> Result<Checked, Rejection> {
-        // The values kept from schema validation: no second parse.
-        let values = batch.iter().map(|e| &*e.parsed);
+        // What schema validation kept: no second parse.
+        let values = batch.iter();
         Ok(match (fold, self.shared.strict_order) {
             (Some(f), true) => Checked::check(f, values, due)?,
             (Some(f), false) if due => {
@@ -630,7 +629,7 @@ impl Ingest {
             last: id.pos,
             ..head
         });
-        let values = batch.iter().map(|e| &*e.parsed);
+        let values = batch.iter();
         let next = match checked {
             Checked::Built(next) => Some(*next),
             Checked::InPlace(after) => fold.map(|mut f| {

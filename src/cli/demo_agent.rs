@@ -177,7 +177,7 @@ async fn read_input(body: Body) -> Result<Value, ApiError> {
     // there and report the field relative to the body.
     let probe = json!({"type": "RUN_STARTED", "threadId": "-", "runId": "-", "input": input});
     match validate_value(probe, None) {
-        Ok(valid) => Ok(valid.parsed["input"].clone()),
+        Ok(valid) => Ok(valid.parsed()["input"].clone()),
         Err(e) => {
             let relative = |s: &str| s.strip_prefix("input.").unwrap_or(s).to_string();
             Err(ApiError::new(

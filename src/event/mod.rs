@@ -5,11 +5,13 @@
 //! structs: the broker must never drop or rewrite a producer's field (PROTOCOL §2), and only a few
 //! fields (`type`, ids, deltas) are ever read downstream.
 
+mod content;
 mod fields;
 pub mod order;
 mod types;
 pub mod validate;
 
+pub use content::{AsEvent, ContentRef};
 pub use fields::Fields;
 pub use types::EventType;
 pub use validate::{
@@ -17,8 +19,10 @@ pub use validate::{
 };
 
 use bytes::Bytes;
+use content::Content;
+use serde_json::Value;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// An AG-UI `threadId` used as the unit of ordering: 1–128 chars of `[A-Za-z0-9._:-]`, other
 /// than `.` and `..` (PROTOCOL §1).
@@ -95,24 +99,85 @@ impl fmt::Debug for ThreadId {
 ///
 /// `json` is the compact serialisation of the producer's object, unknown fields included; it
 /// is what gets stored in the log and, unchanged, what subscribers receive in `data:`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ValidEvent {
     /// The AG-UI `type`.
     pub event_type: EventType,
     /// Compact one-line JSON of the whole event object (no `\n`, so one `data:` line suffices).
     pub json: Bytes,
-    /// The same event as a value, kept from validation so the order checks of the publish
-    /// path do not parse `json` again.
-    pub parsed: Arc<serde_json::Value>,
+    /// What validation read of the event, so the publish path's order checks and fold do not
+    /// parse `json` again.
+    parsed: Parsed,
+}
+
+/// What validation kept of an event besides its JSON.
+#[derive(Clone, Debug)]
+enum Parsed {
+    /// The event as a value.
+    Value(Arc<Value>),
+    /// A content delta read without a value (`content.rs`): its fields, and the value once
+    /// something asks for it.
+    Content(Content, OnceLock<Arc<Value>>),
+}
+
+impl PartialEq for ValidEvent {
+    /// Equal type and JSON (what validation kept besides follows from the JSON).
+    fn eq(&self, other: &Self) -> bool {
+        self.event_type == other.event_type && self.json == other.json
+    }
 }
 
 impl ValidEvent {
-    /// Parses the stored JSON back into a value (for folds and tests; not on the hot path).
+    /// An event validated as a value.
+    pub(crate) fn from_value(event_type: EventType, json: Bytes, value: Value) -> Self {
+        Self {
+            event_type,
+            json,
+            parsed: Parsed::Value(Arc::new(value)),
+        }
+    }
+
+    /// A content delta validated from its fields, read from `json`.
+    pub(crate) fn from_content(json: Bytes, content: Content) -> Self {
+        Self {
+            event_type: content.event_type(),
+            json,
+            parsed: Parsed::Content(content, OnceLock::new()),
+        }
+    }
+
+    /// The event as a value: kept from validation, or, for a content delta validated from its
+    /// fields, parsed from `json` on the first call.
+    pub fn parsed(&self) -> &Arc<Value> {
+        match &self.parsed {
+            Parsed::Value(value) => value,
+            Parsed::Content(_, value) => value.get_or_init(|| {
+                // Invariant: `json` is the text validation parsed (UTF-8 JSON, no reserved
+                // member), so it parses again.
+                Arc::new(serde_json::from_slice(&self.json).expect("validated JSON parses"))
+            }),
+        }
+    }
+
+    /// Parses the stored JSON back into a value (for tests; not on the hot path).
     ///
     /// # Errors
     /// Only if `json` was not produced by validation (it always parses when it was).
-    pub fn value(&self) -> Result<serde_json::Value, serde_json::Error> {
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
         serde_json::from_slice(&self.json)
+    }
+}
+
+impl AsEvent for ValidEvent {
+    fn content(&self) -> Option<ContentRef<'_>> {
+        match &self.parsed {
+            Parsed::Content(content, _) => Some(content.get()),
+            Parsed::Value(_) => None,
+        }
+    }
+
+    fn as_value(&self) -> &Value {
+        self.parsed()
     }
 }
 

@@ -18,15 +18,22 @@
 //! [`ValidEvent::json`] is the producer's object, whole and in its key order (the crate builds
 //! `serde_json` with `preserve_order` and `arbitrary_precision`), compactly re-serialised, or
 //! kept as received when the bytes already are that form (`validate/compact.rs`).
+//! A content delta (`TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS`, `REASONING_MESSAGE_CONTENT`)
+//! spelled compactly is validated from its members' text without building a value
+//! ([`validate_content`], `validate/content.rs`): a shortcut that accepts only what the full
+//! validation accepts, with the same result, and sends everything else the full way.
+//!
 //! Which events are checked and which are refused is pinned by `tests/validate_rows/` and,
 //! against the recorded .NET producer output and the AG-UI conformance fixtures,
 //! `tests/validate_fixtures.rs`.
 
 mod compact;
+mod content;
 mod received;
 mod schema;
 
 pub use compact::array_elements;
+pub use content::{validate_content, validate_content_in};
 pub use received::{ParseError, RESERVED_MEMBER, parse_received};
 
 use super::{EventType, ThreadId, ValidEvent};
@@ -86,6 +93,9 @@ pub fn validate_event(
     bytes: &[u8],
     thread: Option<&ThreadId>,
 ) -> Result<ValidEvent, ValidationError> {
+    if let Some(event) = validate_content(bytes) {
+        return Ok(event);
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         ValidationError::whole(format!(
             "the event is not UTF-8: invalid byte at offset {}",
@@ -184,11 +194,7 @@ fn finish(
                 ValidationError::whole(format!("the event cannot be serialised: {e}"))
             })?),
         };
-    Ok(ValidEvent {
-        event_type,
-        json,
-        parsed: std::sync::Arc::new(value),
-    })
+    Ok(ValidEvent::from_value(event_type, json, value))
 }
 
 /// The schema checks proper: `type`, the type's own fields, the base fields, the thread.

@@ -3,7 +3,7 @@
 
 use super::messages::{find_tool_call, merge_metadata};
 use super::{Applied, Fold, copy_subagent_run_id, role_of, str_field};
-use crate::event::Fields;
+use crate::event::{ContentRef, EventType, Fields};
 use serde_json::{Map, Value};
 
 impl Fold {
@@ -62,6 +62,11 @@ impl Fold {
         else {
             return Applied::Skipped("content without messageId or delta");
         };
+        self.append_content(id, delta, Some(event))
+    }
+
+    /// [`Self::message_content`] of message `id`; `event`, when given, for its metadata.
+    fn append_content(&mut self, id: &str, delta: &str, event: Option<&Value>) -> Applied {
         let Some(message) = self
             .messages
             .position(id)
@@ -78,8 +83,19 @@ impl Fold {
                 message.insert("content".into(), delta.into());
             }
         }
-        merge_metadata(message, event);
+        if let Some(event) = event {
+            merge_metadata(message, event);
+        }
         Applied::Folded
+    }
+
+    /// A content delta given by its fields (no `metadata`, so nothing to merge): what
+    /// [`Self::message_content`] or [`Self::tool_call_args`] does with the event.
+    pub(super) fn content(&mut self, content: ContentRef<'_>) -> Applied {
+        match content.event_type {
+            EventType::ToolCallArgs => self.append_args(content.id, content.delta, None),
+            _ => self.append_content(content.id, content.delta, None),
+        }
     }
 
     /// `TEXT_MESSAGE_END` / `REASONING_MESSAGE_END`: merges metadata (where end-of-message
@@ -189,6 +205,11 @@ impl Fold {
         else {
             return Applied::Skipped("TOOL_CALL_ARGS without toolCallId or delta");
         };
+        self.append_args(id, delta, Some(event))
+    }
+
+    /// [`Self::tool_call_args`] of tool call `id`; `event`, when given, for its metadata.
+    fn append_args(&mut self, id: &str, delta: &str, event: Option<&Value>) -> Applied {
         let Some(call) = self
             .messages
             .tool_call_owner(id)
@@ -206,7 +227,9 @@ impl Fold {
                 function.insert("arguments".into(), delta.into());
             }
         }
-        merge_metadata(call, event);
+        if let Some(event) = event {
+            merge_metadata(call, event);
+        }
         Applied::Folded
     }
 

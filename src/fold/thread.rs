@@ -4,8 +4,8 @@
 //! publishes in the ingest cache.
 
 use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError};
-use crate::event::Fields;
 use crate::event::order::{OrderChecker, OrderViolation};
+use crate::event::{AsEvent, Fields};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -159,9 +159,23 @@ impl ThreadFold {
     ///
     /// # Errors
     /// The order violation, for the caller's log line and metric.
-    pub fn apply_logged(&mut self, event: &Value) -> Result<Vec<Applied>, OrderViolation> {
+    pub fn apply_logged<E: AsEvent + ?Sized>(
+        &mut self,
+        event: &E,
+    ) -> Result<Vec<Applied>, OrderViolation> {
         // Content and state deltas, most of a log: checked on the order state as it is, with
-        // no expansion (no lane open) and nothing recorded; never a run's end.
+        // no expansion (no lane open) and nothing recorded; never a run's end. A content delta
+        // read without a value is checked and folded from its fields.
+        if let Some(content) = event.content()
+            && let Some(checked) = self.checker.check_content(content)
+        {
+            if let Err(v) = checked {
+                self.skipped += 1;
+                return Err(v);
+            }
+            return Ok(vec![self.fold.content(content)]);
+        }
+        let event = event.as_value();
         if let Some(checked) = self.checker.check_unchanged(event) {
             if let Err(v) = checked {
                 self.skipped += 1;
@@ -207,9 +221,9 @@ impl ThreadFold {
     ///
     /// # Errors
     /// As [`Self::check_batch`].
-    pub fn check_batch_only<'a>(
+    pub fn check_batch_only<'a, E: AsEvent + ?Sized + 'a>(
         &self,
-        events: impl IntoIterator<Item = &'a Value>,
+        events: impl IntoIterator<Item = &'a E>,
     ) -> Result<OrderAfter, Rejection> {
         // The order state as the batch leaves it, copied at the first event that may change
         // it: until then (token deltas, state deltas) each event is checked on the fold's own.
@@ -224,6 +238,18 @@ impl ThreadFold {
         let mut as_sent = true;
         for (index, event) in events.into_iter().enumerate() {
             let refused = |violation| Rejection::Order { index, violation };
+            // A content delta read without a value changes no order state and nothing this
+            // check tracks: checked from its fields, on the copy when there is one.
+            if let Some(content) = event.content()
+                && let Some(checked) = checker
+                    .as_ref()
+                    .unwrap_or(&self.checker)
+                    .check_content(content)
+            {
+                checked.map_err(refused)?;
+                continue;
+            }
+            let event = event.as_value();
             let unchanged = match &checker {
                 None => self.checker.check_unchanged(event),
                 Some(_) => None,
@@ -295,9 +321,9 @@ impl ThreadFold {
     /// the batch again. When the batch's events expanded to others, they are checked again to
     /// get them: an event the order rules refuse then (the fold changed in between: a bug) is
     /// skipped and counted, as for the log.
-    pub fn apply_checked<'a>(
+    pub fn apply_checked<'a, E: AsEvent + ?Sized + 'a>(
         &mut self,
-        events: impl IntoIterator<Item = &'a Value>,
+        events: impl IntoIterator<Item = &'a E>,
         after: OrderAfter,
     ) {
         let checker = match after {
@@ -306,8 +332,17 @@ impl ThreadFold {
             OrderAfter::Expanded => return self.apply_checked_again(events),
         };
         for event in events {
-            self.fold.apply(event);
-            self.note_run_end(event);
+            match event.content() {
+                // Never a run's end.
+                Some(content) => {
+                    self.fold.content(content);
+                }
+                None => {
+                    let event = event.as_value();
+                    self.fold.apply(event);
+                    self.note_run_end(event);
+                }
+            }
         }
         if let Some(checker) = checker {
             self.checker = *checker;
@@ -316,7 +351,10 @@ impl ThreadFold {
 
     /// [`Self::apply_checked`] of a batch whose events expanded to others: checked again to
     /// get them.
-    fn apply_checked_again<'a>(&mut self, events: impl IntoIterator<Item = &'a Value>) {
+    fn apply_checked_again<'a, E: AsEvent + ?Sized + 'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a E>,
+    ) {
         for event in events {
             if let Err(violation) = self.apply_logged(event) {
                 tracing::error!(
@@ -330,7 +368,10 @@ impl ThreadFold {
     /// Folds a batch appended without order checks (`strict_order = false`) exactly as a
     /// reader of the log folds it ([`Self::apply_logged`]): events that break the order rules
     /// are skipped and counted, a `STATE_DELTA` that does not apply leaves the state as it was.
-    pub fn apply_unchecked<'a>(&mut self, events: impl IntoIterator<Item = &'a Value>) {
+    pub fn apply_unchecked<'a, E: AsEvent + ?Sized + 'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a E>,
+    ) {
         for event in events {
             let _ = self.apply_logged(event);
         }
@@ -341,12 +382,13 @@ impl ThreadFold {
     ///
     /// # Errors
     /// The first [`Rejection`]; nothing of the batch counts then.
-    pub fn check_batch<'a>(
+    pub fn check_batch<'a, E: AsEvent + ?Sized + 'a>(
         &self,
-        events: impl IntoIterator<Item = &'a Value>,
+        events: impl IntoIterator<Item = &'a E>,
     ) -> Result<ThreadFold, Rejection> {
         let mut next = self.clone();
         for (index, event) in events.into_iter().enumerate() {
+            let event = event.as_value();
             let expanded = next
                 .checker
                 .check_expanded(event)
@@ -372,3 +414,6 @@ impl ThreadFold {
         Ok(next)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -336,7 +336,7 @@ impl RunTask {
         terminal: &mut Option<Outcome>,
     ) -> Result<ValidEvent, Failure> {
         let invalid = |m: String| Failure::new(Cause::Invalid, m);
-        let run_id = ev.parsed.get("runId").and_then(Value::as_str);
+        let run_id = ev.parsed().get("runId").and_then(Value::as_str);
         let same_run = run_id == Some(self.input.run_id.as_str());
         match ev.event_type {
             EventType::RunStarted if *started => {
@@ -353,8 +353,8 @@ impl RunTask {
             }
             EventType::RunStarted => {
                 *started = true;
-                if ev.parsed.get("input").is_none() {
-                    let mut value = (*ev.parsed).clone();
+                if ev.parsed().get("input").is_none() {
+                    let mut value = (**ev.parsed()).clone();
                     if let Some(obj) = value.as_object_mut() {
                         obj.insert("input".into(), self.input.echo(&self.missing));
                     }
@@ -376,7 +376,7 @@ impl RunTask {
                 )));
             }
             EventType::RunFinished => {
-                let interrupt = ev.parsed["outcome"]["type"] == "interrupt";
+                let interrupt = ev.parsed()["outcome"]["type"] == "interrupt";
                 *terminal = Some(if interrupt {
                     Outcome::Interrupted
                 } else {

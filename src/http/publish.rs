@@ -6,7 +6,7 @@
 use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
-use crate::event::validate::{ParseError, array_elements, parse_received};
+use crate::event::validate::{ParseError, array_elements, parse_received, validate_content};
 use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
@@ -346,6 +346,11 @@ fn parse_json_body(
     thread: &ThreadId,
     max_event: usize,
 ) -> Result<Vec<ValidEvent>, ApiError> {
+    // A token delta, most publishes: validated without a value.
+    if let Some(ev) = validate_content(bytes) {
+        check_size(&ev, None, max_event)?;
+        return Ok(vec![ev]);
+    }
     let value = parse_received(bytes).map_err(parse_refusal)?;
     match value {
         Value::Array(items) => {
@@ -404,6 +409,10 @@ fn parse_ndjson_body(
         let i = events.len();
         if line.len() > max_event {
             return Err(too_large("the event", max_event).at(i));
+        }
+        if let Some(ev) = validate_content(line) {
+            events.push(ev);
+            continue;
         }
         let value = parse_received(line).map_err(|e| parse_refusal(e).at(i))?;
         let ev = validate_parsed(value, line, Some(thread))

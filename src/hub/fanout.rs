@@ -8,7 +8,8 @@
 //! at the log's head, or ends the thread's streams.
 
 use super::{Hub, ThreadHub, ThreadState};
-use crate::event::{EventType, ThreadId, ValidEvent};
+use crate::event::validate::validate_content_in;
+use crate::event::{AsEvent, ContentRef, EventType, ThreadId, ValidEvent};
 use crate::fold::{Applied, load_fold};
 use crate::log::{EventId, LogEntry, LogHead, ResumeGap, StreamPos, TailItem};
 use crate::metrics as m;
@@ -146,7 +147,7 @@ impl Hub {
         };
         // The values this node parsed at publish (`ahead.rs`); the others are parsed outside
         // the lock (once per event per node), except those already fanned out.
-        let (mut values, cursor): (Vec<Option<Arc<Value>>>, _) = {
+        let (mut values, cursor): (Vec<Option<Read>>, _) = {
             let mut st = th.state.lock();
             let (cursor, epoch) = (st.cursor, st.head.map(|h| h.epoch));
             let keeps_ahead = self.shared.ahead.load(Ordering::Relaxed) > 0;
@@ -156,7 +157,7 @@ impl Hub {
                     if e.id.pos <= cursor || Some(e.id.epoch) != epoch {
                         None
                     } else if keeps_ahead {
-                        st.ahead.take(e)
+                        st.ahead.take(e).map(Read::Valid)
                     } else {
                         None
                     }
@@ -166,7 +167,7 @@ impl Hub {
         };
         for (v, e) in values.iter_mut().zip(entries) {
             if v.is_none() && e.id.pos > cursor {
-                *v = serde_json::from_slice(&e.json).ok().map(Arc::new);
+                *v = Read::of(&e.json);
             }
         }
         let born = Instant::now();
@@ -179,7 +180,7 @@ impl Hub {
                 id: e.id,
                 event_type: e.event_type,
                 json: &e.json,
-                value: v.as_deref(),
+                value: v.as_ref().map(|v| v as &dyn AsEvent),
             }),
         );
         drop(st);
@@ -208,7 +209,7 @@ impl Hub {
                 id: *id,
                 event_type: e.event_type,
                 json: &e.json,
-                value: Some(&e.parsed),
+                value: Some(e),
             }),
         );
         drop(st);
@@ -243,8 +244,8 @@ impl Hub {
             let value = match e.value {
                 Some(v) => Some(v),
                 None => {
-                    parsed = serde_json::from_slice::<Value>(e.json).ok();
-                    parsed.as_ref()
+                    parsed = Read::of(e.json);
+                    parsed.as_ref().map(|v| v as &dyn AsEvent)
                 }
             };
             let merge = match value {
@@ -307,13 +308,49 @@ impl Hub {
     }
 }
 
-/// One log entry as the fan-out takes it: from the tail (its value parsed, or not) or from
-/// this node's publish (the value validation parsed).
+/// One log entry as the fan-out takes it: from the tail (read, or not) or from this node's
+/// publish (as validated).
 struct Entry<'a> {
     id: EventId,
     event_type: EventType,
     json: &'a Bytes,
-    value: Option<&'a Value>,
+    value: Option<&'a dyn AsEvent>,
+}
+
+/// A log entry's event as the fan-out folds it: as this node's publish validated it, or read
+/// from the tail's bytes.
+enum Read {
+    /// Validated: kept from this node's publish (`ahead.rs`), or a content delta read without
+    /// a value (`validate_content_in`).
+    Valid(ValidEvent),
+    /// Any other entry, parsed.
+    Value(Value),
+}
+
+impl Read {
+    /// Reads an entry's JSON; `None` when it does not parse (not folded, never merged).
+    fn of(json: &Bytes) -> Option<Read> {
+        match validate_content_in(json) {
+            Some(event) => Some(Read::Valid(event)),
+            None => serde_json::from_slice(json).ok().map(Read::Value),
+        }
+    }
+}
+
+impl AsEvent for Read {
+    fn content(&self) -> Option<ContentRef<'_>> {
+        match self {
+            Read::Valid(event) => event.content(),
+            Read::Value(_) => None,
+        }
+    }
+
+    fn as_value(&self) -> &Value {
+        match self {
+            Read::Valid(event) => event.as_value(),
+            Read::Value(value) => value,
+        }
+    }
 }
 
 /// What one fan-out did, recorded in the metrics once the thread's lock is dropped.
@@ -385,9 +422,9 @@ fn keeps_view(t: EventType) -> bool {
 
 /// Folds one event into the thread's fold (when known) and returns its merge key; updates the
 /// shared view when the event changed the order state.
-fn fold_event(st: &mut ThreadState, thread: &ThreadId, t: EventType, v: &Value) -> MergeKey {
+fn fold_event(st: &mut ThreadState, thread: &ThreadId, t: EventType, v: &dyn AsEvent) -> MergeKey {
     let Some(fold) = st.fold.as_mut() else {
-        return MergeKey::of(t, v, false, None);
+        return MergeKey::of_event(t, v, false, None);
     };
     let lanes_before = !fold.checker().open_lanes().is_empty();
     let (clean, state_after) = match fold.apply_logged(v) {
@@ -411,5 +448,5 @@ fn fold_event(st: &mut ThreadState, thread: &ThreadId, t: EventType, v: &Value) 
     if !keeps_view(t) || lanes_before || !fold.checker().open_lanes().is_empty() {
         st.view = Some(Arc::new(fold.checker().clone()));
     }
-    MergeKey::of(t, v, clean, state_after)
+    MergeKey::of_event(t, v, clean, state_after)
 }

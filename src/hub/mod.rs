@@ -250,7 +250,7 @@ impl LocalAppends for Hub {
             pos: st.cursor,
         };
         for (id, e) in ids.iter().zip(events) {
-            st.ahead.keep(after, *id, &e.json, &e.parsed);
+            st.ahead.keep(after, *id, e);
         }
         drop(st);
         if on.is_some() {

@@ -210,7 +210,7 @@ async fn close_if_orphaned(
     timeout: Duration,
 ) -> Result<Verdict, LogError> {
     match judge(log, thread, head, timeout).await? {
-        Judged::Orphan(append) => commit(log, thread, append).await,
+        Judged::Orphan(append) => commit(log, thread, *append).await,
         Judged::Not(verdict) => Ok(verdict),
     }
 }
@@ -225,7 +225,7 @@ struct OrphanAppend {
 /// What [`judge`] decided.
 enum Judged {
     /// Still at the head with its run open: append this.
-    Orphan(OrphanAppend),
+    Orphan(Box<OrphanAppend>),
     /// Nothing to append.
     Not(Verdict),
 }
@@ -257,15 +257,15 @@ async fn judge(
             return Ok(Judged::Not(Verdict::NotRunning));
         }
     };
-    if let Err(rejection) = fold.check_batch([&*error.parsed]) {
+    if let Err(rejection) = fold.check_batch([&error]) {
         tracing::error!(%thread, %rejection, "orphan sweep: RUN_ERROR refused by the order rules");
         return Ok(Judged::Not(Verdict::NotRunning));
     }
-    Ok(Judged::Orphan(OrphanAppend {
+    Ok(Judged::Orphan(Box::new(OrphanAppend {
         at: now,
         error,
         run_id: run_started["runId"].clone(),
-    }))
+    })))
 }
 
 /// Appends the prepared `RUN_ERROR` on its head only ([`EventLog::append_if`]): if anything

@@ -16,8 +16,7 @@
 //! A merged event carries the id of the last event merged.
 
 use super::Frame;
-use crate::event::EventType;
-use crate::event::Fields;
+use crate::event::{AsEvent, EventType, Fields};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -59,14 +58,35 @@ impl MergeKey {
             EventType::StateDelta => return MergeKey::StateDelta { clean, state_after },
             _ => return MergeKey::Never,
         };
-        let id = event.get(id_field).and_then(Value::as_str).unwrap_or("");
-        let sub = event
-            .field("subagentRunId")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let id = event.field(id_field).and_then(Value::as_str).unwrap_or("");
+        let tag = event.field("subagentRunId").and_then(Value::as_str);
+        MergeKey::delta(t, id, tag)
+    }
+
+    /// [`Self::of`] an event, from its fields when it is a content delta read without a value.
+    pub fn of_event<E: AsEvent + ?Sized>(
+        t: EventType,
+        event: &E,
+        clean: bool,
+        state_after: Option<Arc<Value>>,
+    ) -> MergeKey {
+        match event.content() {
+            Some(content) => MergeKey::delta(content.event_type, content.id, content.tag),
+            None => MergeKey::of(t, event.as_value(), clean, state_after),
+        }
+    }
+
+    /// The key of a content delta of type `t` (`TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS`,
+    /// `REASONING_MESSAGE_CONTENT`) for construct `id` with `subagentRunId` `tag`.
+    pub fn delta(t: EventType, id: &str, tag: Option<&str>) -> MergeKey {
+        let tag = tag.unwrap_or("");
+        let mut key = String::with_capacity(id.len() + 1 + tag.len());
+        key.push_str(id);
+        key.push('\0');
+        key.push_str(tag);
         MergeKey::Delta {
             event_type: t,
-            key: Arc::from(format!("{id}\0{sub}")),
+            key: Arc::from(key),
         }
     }
 
@@ -91,11 +111,13 @@ impl MergeKey {
 /// How many frames `events` (each event's type and value, in order) leave in a queue once
 /// [`coalesce`] merged the adjacent mergeable ones, each `STATE_DELTA` taken as applying
 /// cleanly: what a batch takes of an empty queue.
-pub fn merged_count<'a>(events: impl IntoIterator<Item = (EventType, &'a Value)>) -> usize {
+pub fn merged_count<'a, E: AsEvent + ?Sized + 'a>(
+    events: impl IntoIterator<Item = (EventType, &'a E)>,
+) -> usize {
     let mut count = 0;
     let mut prev: Option<MergeKey> = None;
     for (t, v) in events {
-        let key = MergeKey::of(t, v, true, None);
+        let key = MergeKey::of_event(t, v, true, None);
         if !prev.as_ref().is_some_and(|p| p.mergeable_with(&key)) {
             count += 1;
         }

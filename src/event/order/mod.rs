@@ -19,6 +19,7 @@ pub use open::{OpenConstructs, OpenItem, OpenItems, OpenKind, RunLifecycle};
 pub use rule::OrderViolation;
 pub use verify::OrderVerifier;
 
+use crate::event::ContentRef;
 use serde_json::Value;
 
 /// The client pipeline's order stages on one stream: [`ChunkExpander`] (`transformChunks`)
@@ -81,6 +82,15 @@ impl OrderChecker {
             return None;
         }
         self.verifier.verify_unchanged(event)
+    }
+
+    /// [`Self::check_unchanged`] for a content delta given by its fields
+    /// ([`OrderVerifier::verify_content_unchanged`]).
+    pub fn check_content(&self, content: ContentRef<'_>) -> Option<Result<(), OrderViolation>> {
+        if !self.expander.open_lanes().is_empty() {
+            return None;
+        }
+        self.verifier.verify_content_unchanged(content)
     }
 
     /// Checks a batch all-or-nothing: either every event passes and all are recorded, or

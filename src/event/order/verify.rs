@@ -531,31 +531,7 @@ impl OrderVerifier {
         tag: Option<&str>,
     ) -> Result<&'o str, OrderViolation> {
         let id = required_str(obj, construct.id_field, event_type)?;
-        if !self.open.set(construct.kind).contains(id, None) {
-            let advice = if phase == Phase::End && construct.end_advice {
-                format!("A '{}' event must be sent first.", construct.start)
-            } else {
-                format!(
-                    "Start a {} with '{}' first.",
-                    construct.noun, construct.start
-                )
-            };
-            return Err(OrderViolation::new(
-                construct.not_open,
-                format!(
-                    "Cannot send '{event_type}' event: No active {} found with ID '{id}'. \
-                     {advice}",
-                    construct.noun,
-                ),
-            ));
-        }
-        check_tag(
-            event_type,
-            tag,
-            self.owners.of(construct.owners).get(id),
-            construct.owner_noun,
-            id,
-        )?;
+        self.check_open(construct, phase, id, event_type, tag)?;
         Ok(id)
     }
 

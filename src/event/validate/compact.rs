@@ -18,6 +18,14 @@ use serde_json::Value;
 /// `serde_json::to_vec(value)` byte for byte (leading and trailing ASCII whitespace aside:
 /// the caller trims it). `false` when unsure.
 pub(super) fn is_serialised_form(raw: &[u8], value: &Value) -> bool {
+    written_members(raw) == Some(count_members(value))
+}
+
+/// When `raw`, one JSON text, is spelled as `serde_json` writes it (above), the number of
+/// object members it writes, nested ones included: equal to the parsed value's member count
+/// when no object repeats a name (the parsed object keeps one). `None` when the spelling is
+/// another or unsure.
+pub(super) fn written_members(raw: &[u8]) -> Option<usize> {
     let mut members = 0_usize;
     let mut previous = 0_u8;
     let mut i = 0;
@@ -25,23 +33,20 @@ pub(super) fn is_serialised_form(raw: &[u8], value: &Value) -> bool {
         let byte = raw[i];
         match byte {
             b'"' => {
-                match string_end(raw, i, Escapes::Serialised) {
-                    Some(end) => i = end,
-                    None => return false,
-                }
+                i = string_end(raw, i, Escapes::Serialised)?;
                 previous = b'"';
                 continue;
             }
             b':' => members += 1,
-            b' ' | b'\t' | b'\n' | b'\r' | b'E' | b'+' => return false,
+            b' ' | b'\t' | b'\n' | b'\r' | b'E' | b'+' => return None,
             // `e` outside strings is in `true`, `false` or an exponent.
-            b'e' if previous.is_ascii_digit() || previous == b'.' => return false,
+            b'e' if previous.is_ascii_digit() || previous == b'.' => return None,
             _ => {}
         }
         previous = byte;
         i += 1;
     }
-    members == count_members(value)
+    Some(members)
 }
 
 /// The elements of `raw`, a JSON array that `serde_json` parsed, as the byte slices they were
@@ -106,7 +111,7 @@ pub(super) fn string_end(raw: &[u8], start: usize, escapes: Escapes) -> Option<u
 }
 
 /// Object members in `value`, nested ones included.
-fn count_members(value: &Value) -> usize {
+pub(super) fn count_members(value: &Value) -> usize {
     match value {
         Value::Object(members) => {
             members.len() + members.values().map(count_members).sum::<usize>()

@@ -16,7 +16,7 @@ pub const RESERVED_MEMBER: &str = "$serde_json::private::Number";
 /// Only text holding `$serde_json` or a `\u` escape is scanned; for other text this is one
 /// `memchr2` pass (two `memmem::find` calls cost 1,100 instructions per event in
 /// `benches/hot_path.rs`, mostly setting up their searchers).
-fn names_reserved_member(raw: &[u8]) -> bool {
+pub(super) fn names_reserved_member(raw: &[u8]) -> bool {
     let suspect = memchr::memchr2_iter(b'$', b'\\', raw).any(|at| match raw[at] {
         b'$' => raw[at..].starts_with(b"$serde_json"),
         _ => raw.get(at + 1) == Some(&b'u'),

@@ -144,7 +144,7 @@ async fn two_nodes_closing_at_once_append_one_run_error() {
         let Judged::Orphan(append) = j else {
             panic!("both nodes judge the silent run an orphan")
         };
-        verdicts.push(commit(&*log, &thread(), append).await.expect("log"));
+        verdicts.push(commit(&*log, &thread(), *append).await.expect("log"));
     }
     assert!(matches!(verdicts[..], [Verdict::Closed, Verdict::Moved]));
     assert_eq!(types(&*log).await, ["RUN_STARTED", "RUN_ERROR"]);
@@ -160,7 +160,7 @@ async fn the_producer_publishing_again_before_the_append_wins() {
         panic!("a silent run is an orphan")
     };
     publish(&a, &[json!({"type": "CUSTOM", "name": "late", "value": 1})]).await;
-    let verdict = commit(&*log, &thread(), append).await.expect("log");
+    let verdict = commit(&*log, &thread(), *append).await.expect("log");
     assert!(matches!(verdict, Verdict::Moved));
     assert_eq!(types(&*log).await, ["RUN_STARTED", "CUSTOM"]);
     // A sweep that looked before the producer's event sees the head moved.

@@ -1,0 +1,189 @@
+//! Validation of a content delta (`TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS`,
+//! `REASONING_MESSAGE_CONTENT`) from its members' text, without building a `serde_json::Value`
+//! (why: `event/content.rs`).
+//!
+//! It is a shortcut, never a second judge: it accepts only events that the full validation
+//! (`validate_parsed`) accepts with the same result (the same type, and the received bytes
+//! kept as the JSON), and answers "not here" for anything else, which then goes the full way
+//! and gets its verdict and error there. So it takes only what it can decide from the members'
+//! text alone: compact spelling (`compact.rs`), member names without escapes and not repeated,
+//! the type's two string members, `subagentRunId` a string, `timestamp` a safe integer,
+//! `rawEvent` not `null`; no `metadata` (the fold reads it) and no `threadId` (checked
+//! against the thread). Members holding arrays or objects are parsed on their own, to count
+//! their members (a repeated name inside one collapses when parsed: the bytes are then not
+//! the serialised form) and bound their depth. `tests` compares it with the full validation.
+
+use super::compact::{count_members, written_members};
+use super::received::names_reserved_member;
+use super::schema::MAX_SAFE_INTEGER;
+use super::{MAX_DEPTH, nested_deeper_than};
+use crate::event::content::Content;
+use crate::event::{ContentRef, EventType, ValidEvent};
+use bytes::Bytes;
+use memchr::memmem;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use smallvec::SmallVec;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::LazyLock;
+
+/// Members beyond which an event goes the full way (content deltas have a handful).
+const MAX_MEMBERS: usize = 16;
+
+/// Validates `raw`, one received JSON text, when it is a content delta this shortcut can
+/// decide (module docs): `Some` is the event exactly as the full validation returns it;
+/// `None` means "validate it the full way" (whether it is valid or not).
+pub fn validate_content(raw: &[u8]) -> Option<ValidEvent> {
+    let raw = raw.trim_ascii();
+    let content = read_content(raw)?;
+    Some(ValidEvent::from_content(
+        Bytes::copy_from_slice(raw),
+        content,
+    ))
+}
+
+/// [`validate_content`] of text already in a [`Bytes`] (a log entry read back): the event's
+/// JSON shares it rather than copying it.
+pub fn validate_content_in(json: &Bytes) -> Option<ValidEvent> {
+    let raw = json.trim_ascii();
+    let content = read_content(raw)?;
+    Some(ValidEvent::from_content(json.slice_ref(raw), content))
+}
+
+/// The fields of `raw` (trimmed), when [`validate_content`] accepts it.
+fn read_content(raw: &[u8]) -> Option<Content> {
+    // Cheap refusals first: most events that are not content deltas stop at the type.
+    if !names_content_type(raw) {
+        return None;
+    }
+    let text = std::str::from_utf8(raw).ok()?;
+    if names_reserved_member(raw) {
+        return None;
+    }
+    let written = written_members(raw)?;
+    let Members(members) = serde_json::from_str(text).ok()?;
+    let type_text = members.iter().find(|(name, _)| *name == "type")?.1.get();
+    let event_type = EventType::parse(unquoted(type_text)?)?;
+    if !ContentRef::is_content_type(event_type) {
+        return None;
+    }
+    let id_member = ContentRef::id_member(event_type);
+    let (mut id, mut delta, mut tag) = (None, None, None);
+    let mut nested = 0;
+    for (i, (name, value)) in members.iter().enumerate() {
+        if members[..i].iter().any(|(earlier, _)| earlier == name) {
+            return None;
+        }
+        let value = value.get();
+        match *name {
+            "type" => {}
+            "delta" => delta = Some(string(value)?),
+            "subagentRunId" => tag = Some(string(value)?),
+            "timestamp" => {
+                if !is_safe_integer(value) {
+                    return None;
+                }
+            }
+            "metadata" | "threadId" => return None,
+            "rawEvent" if value == "null" => return None,
+            name if name == id_member => id = Some(string(value)?),
+            _ => nested += container_members(value)?,
+        }
+    }
+    if members.len() + nested != written {
+        return None;
+    }
+    Some(Content::new(event_type, &id?, &delta?, tag.as_deref()))
+}
+
+/// Whether the first `"type":"` in `raw` names a content type: one `memmem` search that sends
+/// every other event the full way before any parse. Only a filter: the type is read again
+/// from the parsed members (a nested object's `type` may come first; the event then goes the
+/// full way).
+fn names_content_type(raw: &[u8]) -> bool {
+    static TYPE_MEMBER: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"type\":\""));
+    let Some(at) = TYPE_MEMBER.find(raw) else {
+        return false;
+    };
+    let name = &raw[at + 8..];
+    let name = &name[..memchr::memchr(b'"', name).unwrap_or(name.len())];
+    matches!(
+        name,
+        b"TEXT_MESSAGE_CONTENT" | b"TOOL_CALL_ARGS" | b"REASONING_MESSAGE_CONTENT"
+    )
+}
+
+/// The characters of a JSON string spelled without escapes; `None` for anything else.
+fn unquoted(value: &str) -> Option<&str> {
+    let inner = value.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+/// A string member's value from its text: borrowed when spelled without escapes, else
+/// unescaped. `None` when it is not a string.
+fn string(value: &str) -> Option<Cow<'_, str>> {
+    match unquoted(value) {
+        Some(s) => Some(Cow::Borrowed(s)),
+        None if value.starts_with('"') => {
+            serde_json::from_str::<String>(value).ok().map(Cow::Owned)
+        }
+        None => None,
+    }
+}
+
+/// The full validation's `timestamp` rule on the member's text: an integer within
+/// JavaScript's safe range, written without fraction or exponent.
+fn is_safe_integer(value: &str) -> bool {
+    value
+        .parse::<i64>()
+        .is_ok_and(|n| n.unsigned_abs() <= MAX_SAFE_INTEGER.unsigned_abs())
+}
+
+/// The object members inside a member's value (0 for a scalar); `None` when it nests too deep
+/// to decide here.
+fn container_members(value: &str) -> Option<usize> {
+    if !value.starts_with(['{', '[']) {
+        return Some(0);
+    }
+    let parsed: Value = serde_json::from_str(value).ok()?;
+    // Within the event, the member is one level down: well inside the parser's limit.
+    if nested_deeper_than(&parsed, MAX_DEPTH / 2) {
+        return None;
+    }
+    Some(count_members(&parsed))
+}
+
+/// An object's members as received: names (without escapes) and values' text, in order.
+struct Members<'a>(SmallVec<[(&'a str, &'a RawValue); 8]>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor;
+        impl<'de> Visitor<'de> for ObjectVisitor {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = SmallVec::new();
+                // A name with an escape is not borrowed: an error here, the full way there.
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    if members.len() == MAX_MEMBERS {
+                        return Err(serde::de::Error::custom("many members"));
+                    }
+                    members.push((name, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests;

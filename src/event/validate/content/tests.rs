@@ -1,0 +1,247 @@
+//! The shortcut against the full validation: whatever it accepts, the full way accepts with the
+//! same result; what it declines goes the full way unchanged.
+
+use super::{validate_content, validate_content_in};
+use crate::event::validate::{parse_received, validate_parsed};
+use crate::event::{AsEvent, ContentRef, EventType, Fields, ValidEvent};
+use bytes::Bytes;
+use serde_json::Value;
+
+/// The full validation alone (`validate_event` tries the shortcut first).
+fn full(raw: &[u8]) -> Option<ValidEvent> {
+    let value = parse_received(raw).ok()?;
+    validate_parsed(value, raw, None).ok()
+}
+
+/// The shortcut's answer for `raw`, after asserting that an acceptance is the full
+/// validation's result and that the fields it read are the value's.
+fn shortcut(raw: &[u8]) -> Option<ValidEvent> {
+    let fast = validate_content(raw)?;
+    let text = String::from_utf8_lossy(raw);
+    let slow = full(raw).unwrap_or_else(|| panic!("accepted what the full way refuses: {text}"));
+    assert_eq!(fast.event_type, slow.event_type, "{text}");
+    assert_eq!(fast.json, slow.json, "{text}");
+    let content = fast.content().expect("fields read");
+    let value = slow.parsed();
+    let id = ContentRef::id_member(content.event_type);
+    assert_eq!(
+        Some(content.id),
+        value.field(id).and_then(Value::as_str),
+        "{text}"
+    );
+    assert_eq!(
+        Some(content.delta),
+        value.field("delta").and_then(Value::as_str)
+    );
+    assert_eq!(
+        content.tag,
+        value.field("subagentRunId").and_then(Value::as_str)
+    );
+    assert_eq!(fast.as_value(), &**value, "{text}");
+    // The shared-bytes form agrees.
+    let shared = validate_content_in(&Bytes::copy_from_slice(raw)).expect("same answer");
+    assert_eq!(shared, fast);
+    assert_eq!(shared.content(), fast.content());
+    Some(fast)
+}
+
+#[test]
+fn content_deltas_are_read_from_their_fields() {
+    for raw in [
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":" the"}"#,
+        r#"{"messageId":"m1","delta":"x","type":"REASONING_MESSAGE_CONTENT"}"#,
+        r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"q\":\"a\\nb\"}"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m\"1","delta":"é 日本 🦀\t","subagentRunId":"s1"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"","timestamp":-9007199254740991}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","timestamp":9007199254740991,"seq":12,"ts":1.5,"pad":"xx"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","rawEvent":{"type":"on_chat_model_stream","data":{"chunk":[1,{"a":null}]}}}"#,
+        r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"a","messageId":{"not":"the id here"},"x":[[],{}]}"#,
+        " \n{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"a\"}\r\n",
+    ] {
+        let event = shortcut(raw.as_bytes()).unwrap_or_else(|| panic!("declined {raw}"));
+        assert!(ContentRef::is_content_type(event.event_type));
+    }
+    let escaped =
+        shortcut(br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a\"b\\c\n"}"#)
+            .unwrap();
+    assert_eq!(escaped.content().unwrap().delta, "a\"b\\c\n");
+}
+
+#[test]
+fn what_it_cannot_decide_goes_the_full_way() {
+    let deep = format!(
+        r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a","x":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    for raw in [
+        // Not a content delta, or not an object.
+        r#"{"type":"TEXT_MESSAGE_START","messageId":"m1"}"#,
+        r#"{"type":"CUSTOM","name":"n","value":{"type":"TEXT_MESSAGE_CONTENT"}}"#,
+        r#"[{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}]"#,
+        r#""TEXT_MESSAGE_CONTENT""#,
+        // Refused by the full way.
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":7}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":null,"delta":"a"}"#,
+        r#"{"type":"TOOL_CALL_ARGS","messageId":"m1","delta":"a"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","timestamp":1.0}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","timestamp":9007199254740992}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","timestamp":"1"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","rawEvent":null}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","subagentRunId":1}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","metadata":[]}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","x":{"$serde_json::private::Number":"1"}}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}x"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a""#,
+        &deep,
+        // Valid, but decided the full way: read by the fold, checked against the thread,
+        // repeated or escaped names, spellings serde_json writes otherwise.
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","metadata":{"k":1}}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","threadId":"t"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","delta":"b"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","x":{"k":1,"k":2}}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","\u0064elta":"a"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"\u00e9"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a\/b"}"#,
+        r#"{"type": "TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","n":1e3}"#,
+        r#"{"type":"TEXT_MESSAGE_\u0043ONTENT","messageId":"m1","delta":"a"}"#,
+    ] {
+        assert!(shortcut(raw.as_bytes()).is_none(), "{raw}");
+    }
+    assert!(
+        validate_content(
+            b"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"\xff\",\"delta\":\"a\"}"
+        )
+        .is_none()
+    );
+}
+
+/// Every content delta of the repository's recorded runs and conformance streams, written
+/// compactly: the shortcut reads those it can decide (no metadata, no escape it cannot tell),
+/// with the full way's result (asserted in `shortcut`).
+#[test]
+fn recorded_content_deltas_take_the_shortcut() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut texts = Vec::new();
+    for path in walk(&dir) {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(document) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let mut events = Vec::new();
+        collect_events(&document, &mut events);
+        texts.extend(events.iter().map(|e| serde_json::to_string(e).unwrap()));
+    }
+    let (mut taken, mut content) = (0, 0);
+    for text in &texts {
+        let value: Value = serde_json::from_str(text).unwrap();
+        let is_content = value
+            .field("type")
+            .and_then(Value::as_str)
+            .and_then(EventType::parse)
+            .is_some_and(ContentRef::is_content_type);
+        content += usize::from(is_content);
+        if shortcut(text.as_bytes()).is_some() {
+            assert!(is_content, "{text}");
+            taken += 1;
+        }
+    }
+    assert!(content > 40, "{content} content deltas in the fixtures");
+    assert!(taken * 10 >= content * 8, "{taken} of {content} taken");
+}
+
+/// Mutated content deltas (bytes replaced, dropped, doubled; a fixed-seed generator): the
+/// shortcut never accepts what the full way refuses, nor gives another result.
+#[test]
+fn mutated_deltas_never_pass_the_shortcut_alone() {
+    const PIECES: &[&[u8]] = &[
+        b"\"",
+        b"\\",
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b":",
+        b",",
+        b" ",
+        b"0",
+        b"-",
+        b"1e5",
+        b"null",
+        b"\\u0041",
+        b"\xc3",
+        b"\"type\":",
+        b"\"delta\":\"x\"",
+        b"\"metadata\":{}",
+        b"\"a\":1",
+    ];
+    let bases: &[&[u8]] = &[
+        br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":" hello there","seq":1}"#,
+        br#"{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"q\":1}","rawEvent":{"k":[1,2]}}"#,
+        br#"{"type":"REASONING_MESSAGE_CONTENT","messageId":"r","delta":"hm","subagentRunId":"s","timestamp":17}"#,
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |bound: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % bound
+    };
+    let mut accepted = 0;
+    for round in 0..20_000 {
+        let mut raw = bases[round % bases.len()].to_vec();
+        for _ in 0..1 + next(3) {
+            let at = next(raw.len());
+            match next(3) {
+                0 => {
+                    let piece = PIECES[next(PIECES.len())];
+                    raw.splice(at..(at + 1).min(raw.len()), piece.iter().copied());
+                }
+                1 => {
+                    raw.remove(at);
+                }
+                _ => {
+                    let end = (at + 1 + next(12)).min(raw.len());
+                    let copy = raw[at..end].to_vec();
+                    raw.splice(at..at, copy);
+                }
+            }
+        }
+        accepted += usize::from(shortcut(&raw).is_some());
+    }
+    assert!(accepted > 1_000, "{accepted} mutants accepted");
+}
+
+/// The objects with a string `type` in `value`, at any depth.
+fn collect_events<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Object(members) => {
+            if members.get("type").is_some_and(Value::is_string) && members.len() > 1 {
+                out.push(value);
+            }
+            members.values().for_each(|v| collect_events(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_events(v, out)),
+        _ => {}
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
