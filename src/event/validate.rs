@@ -34,7 +34,7 @@ mod schema;
 
 pub use compact::array_elements;
 pub use content::{validate_content, validate_content_in};
-pub use received::{ParseError, RESERVED_MEMBER, parse_received};
+pub use received::{ParseError, RESERVED_MEMBER, RESERVED_MEMBERS, parse_received};
 
 use super::{EventType, ThreadId, ValidEvent};
 use crate::event::Fields;

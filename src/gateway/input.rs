@@ -43,7 +43,7 @@ impl RunInput {
         let mut value = parse_received(body).map_err(|e| InputError {
             code: match e {
                 ParseError::Malformed(_) => "invalid_json",
-                ParseError::Reserved => "invalid_run_input",
+                ParseError::Reserved(_) => "invalid_run_input",
             },
             message: e.to_string(),
             field: None,

@@ -336,7 +336,14 @@ impl RunTask {
         terminal: &mut Option<Outcome>,
     ) -> Result<ValidEvent, Failure> {
         let invalid = |m: String| Failure::new(Cause::Invalid, m);
-        let run_id = ev.parsed().get("runId").and_then(Value::as_str);
+        // Only the run's own events carry a `runId`: a content delta keeps its value unparsed.
+        let is_run_event = matches!(
+            ev.event_type,
+            EventType::RunStarted | EventType::RunFinished | EventType::RunError
+        );
+        let run_id = is_run_event
+            .then(|| ev.parsed().get("runId").and_then(Value::as_str))
+            .flatten();
         let same_run = run_id == Some(self.input.run_id.as_str());
         match ev.event_type {
             EventType::RunStarted if *started => {

@@ -390,7 +390,7 @@ fn parse_refusal(e: ParseError) -> ApiError {
         ParseError::Malformed(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string())
         }
-        ParseError::Reserved => ApiError::invalid_event(e.to_string(), None),
+        ParseError::Reserved(_) => ApiError::invalid_event(e.to_string(), None),
     }
 }
 

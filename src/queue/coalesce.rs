@@ -31,7 +31,8 @@ pub enum MergeKey {
     Delta {
         /// `TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS` or `REASONING_MESSAGE_CONTENT`.
         event_type: EventType,
-        /// The message / tool call id and the `subagentRunId`, joined by `\0`.
+        /// The message / tool call id and the `subagentRunId`, one string per pair
+        /// ([`MergeKey::delta`]).
         key: Arc<str>,
     },
     /// A `STATE_DELTA`.
@@ -78,11 +79,20 @@ impl MergeKey {
 
     /// The key of a content delta of type `t` (`TEXT_MESSAGE_CONTENT`, `TOOL_CALL_ARGS`,
     /// `REASONING_MESSAGE_CONTENT`) for construct `id` with `subagentRunId` `tag`.
+    ///
+    /// The key spells the pair so that no two pairs share it: whether there is a tag, the id's
+    /// length, the id, the tag (ids and tags may hold any character, `\0` included, and an
+    /// absent tag is not an empty one: merging across either would misattribute text).
     pub fn delta(t: EventType, id: &str, tag: Option<&str>) -> MergeKey {
+        let mut length = itoa::Buffer::new();
+        let length = length.format(id.len());
+        let tagged = tag.map_or("-", |_| "+");
         let tag = tag.unwrap_or("");
-        let mut key = String::with_capacity(id.len() + 1 + tag.len());
+        let mut key = String::with_capacity(2 + length.len() + id.len() + tag.len());
+        key.push_str(tagged);
+        key.push_str(length);
+        key.push(':');
         key.push_str(id);
-        key.push('\0');
         key.push_str(tag);
         MergeKey::Delta {
             event_type: t,
@@ -253,6 +263,27 @@ mod tests {
     use crate::log::{Epoch, EventId, StreamPos};
     use serde_json::json;
     use std::time::Instant;
+
+    /// Pairs that a plain join would confuse get keys of their own.
+    #[test]
+    fn delta_keys_tell_every_id_and_tag_apart() {
+        let t = EventType::TextMessageContent;
+        let pairs: [(&str, Option<&str>); 7] = [
+            ("a", Some("b\0")),
+            ("a\0b", None),
+            ("a\0b", Some("")),
+            ("a", None),
+            ("a", Some("")),
+            ("", Some("a")),
+            ("1:a", None),
+        ];
+        for (i, x) in pairs.iter().enumerate() {
+            for (j, y) in pairs.iter().enumerate() {
+                let (kx, ky) = (MergeKey::delta(t, x.0, x.1), MergeKey::delta(t, y.0, y.1));
+                assert_eq!(kx.mergeable_with(&ky), i == j, "{x:?} {y:?}");
+            }
+        }
+    }
 
     fn apply(doc: &Value, ops: &[Value]) -> Option<Value> {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec())).ok()?;

@@ -260,6 +260,22 @@ async fn refused_publishes(server: &Server) -> Vec<String> {
             None,
             None,
         ),
+        // serde_json's raw-value marker: parsed, an object holding it first becomes the JSON
+        // text its string holds, or fails.
+        (
+            "the raw-value member name, first in a content delta",
+            br#"{"$serde_json::private::RawValue":"1","type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"x"}"#
+                .to_vec(),
+            None,
+            None,
+        ),
+        (
+            "the raw-value member name, nested",
+            br#"{"type":"STATE_SNAPSHOT","snapshot":{"$serde_json::private::RawValue":"{\"a\":1}"}}"#
+                .to_vec(),
+            None,
+            None,
+        ),
         (
             "the reserved member name, escaped, in a batch",
             br#"[{"type":"RAW","event":1},{"type":"RAW","event":{"\u0024serde_json::private::Number":"abc"}}]"#

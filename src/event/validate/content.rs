@@ -36,7 +36,7 @@ const MAX_MEMBERS: usize = 16;
 /// decide (module docs): `Some` is the event exactly as the full validation returns it;
 /// `None` means "validate it the full way" (whether it is valid or not).
 pub fn validate_content(raw: &[u8]) -> Option<ValidEvent> {
-    let raw = raw.trim_ascii();
+    let raw = trim_json(raw);
     let content = read_content(raw)?;
     Some(ValidEvent::from_content(
         Bytes::copy_from_slice(raw),
@@ -47,9 +47,21 @@ pub fn validate_content(raw: &[u8]) -> Option<ValidEvent> {
 /// [`validate_content`] of text already in a [`Bytes`] (a log entry read back): the event's
 /// JSON shares it rather than copying it.
 pub fn validate_content_in(json: &Bytes) -> Option<ValidEvent> {
-    let raw = json.trim_ascii();
+    let raw = trim_json(json);
     let content = read_content(raw)?;
     Some(ValidEvent::from_content(json.slice_ref(raw), content))
+}
+
+/// `raw` without the whitespace JSON allows around a value (RFC 8259 §2: space, tab, line
+/// feed, carriage return); `trim_ascii` would also drop a form feed, which the parser refuses.
+fn trim_json(raw: &[u8]) -> &[u8] {
+    let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let start = raw.iter().position(|b| !json_space(b)).unwrap_or(raw.len());
+    let end = raw
+        .iter()
+        .rposition(|b| !json_space(b))
+        .map_or(start, |i| i + 1);
+    &raw[start..end]
 }
 
 /// The fields of `raw` (trimmed), when [`validate_content`] accepts it.
@@ -59,7 +71,7 @@ fn read_content(raw: &[u8]) -> Option<Content> {
         return None;
     }
     let text = std::str::from_utf8(raw).ok()?;
-    if names_reserved_member(raw) {
+    if names_reserved_member(raw).is_some() {
         return None;
     }
     let written = written_members(raw)?;

@@ -1,6 +1,6 @@
 //! Received JSON text into a value: the one parse of a producer's or a caller's bytes (a
 //! publish's body or NDJSON line, an SSE ingest's or upstream agent's `data`, a log entry read
-//! back, a run request), refusing the member name the parser reserves.
+//! back, a run request), refusing the member names the parser reserves.
 
 use super::compact::{Escapes, string_end};
 use serde_json::Value;
@@ -12,17 +12,24 @@ use std::fmt;
 /// not use it.
 pub const RESERVED_MEMBER: &str = "$serde_json::private::Number";
 
-/// Whether `raw`, JSON text, names [`RESERVED_MEMBER`] as a member anywhere, however escaped.
-/// Only text holding `$serde_json` or a `\u` escape is scanned; for other text this is one
-/// `memchr2` pass (two `memmem::find` calls cost 1,100 instructions per event in
+/// The member names `serde_json` keeps for itself, so received JSON may not use them:
+/// [`RESERVED_MEMBER`], and the one its `raw_value` feature (which axum turns on) keeps for raw
+/// values: an object whose first member has that name parses as the JSON text the member's
+/// string holds (`{"$serde_json::private::RawValue":"{\"a\":1}"}` becomes `{"a":1}`), or
+/// fails when the object has other members.
+pub const RESERVED_MEMBERS: [&str; 2] = [RESERVED_MEMBER, "$serde_json::private::RawValue"];
+
+/// The name in [`RESERVED_MEMBERS`] that `raw`, JSON text, uses as a member anywhere, however
+/// escaped. Only text holding `$serde_json` or a `\u` escape is scanned; for other text this
+/// is one `memchr2` pass (two `memmem::find` calls cost 1,100 instructions per event in
 /// `benches/hot_path.rs`, mostly setting up their searchers).
-pub(super) fn names_reserved_member(raw: &[u8]) -> bool {
+pub(super) fn names_reserved_member(raw: &[u8]) -> Option<&'static str> {
     let suspect = memchr::memchr2_iter(b'$', b'\\', raw).any(|at| match raw[at] {
         b'$' => raw[at..].starts_with(b"$serde_json"),
         _ => raw.get(at + 1) == Some(&b'u'),
     });
     if !suspect {
-        return false;
+        return None;
     }
     let mut i = 0;
     while i < raw.len() {
@@ -31,9 +38,7 @@ pub(super) fn names_reserved_member(raw: &[u8]) -> bool {
             continue;
         }
         // Malformed text: the parser says what is wrong with it.
-        let Some(end) = string_end(raw, i, Escapes::Any) else {
-            return false;
-        };
+        let end = string_end(raw, i, Escapes::Any)?;
         let is_key = raw[end..]
             .iter()
             .find(|b| !b.is_ascii_whitespace())
@@ -41,17 +46,20 @@ pub(super) fn names_reserved_member(raw: &[u8]) -> bool {
         if is_key {
             let name = &raw[i + 1..end - 1];
             let reserved = if name.contains(&b'\\') {
-                serde_json::from_slice::<String>(&raw[i..end]).is_ok_and(|n| n == RESERVED_MEMBER)
+                let name = serde_json::from_slice::<String>(&raw[i..end]).ok();
+                RESERVED_MEMBERS
+                    .into_iter()
+                    .find(|r| name.as_deref() == Some(*r))
             } else {
-                name == RESERVED_MEMBER.as_bytes()
+                RESERVED_MEMBERS.into_iter().find(|r| name == r.as_bytes())
             };
-            if reserved {
-                return true;
+            if reserved.is_some() {
+                return reserved;
             }
         }
         i = end;
     }
-    false
+    None
 }
 
 /// Why received JSON text did not become a value.
@@ -59,18 +67,23 @@ pub(super) fn names_reserved_member(raw: &[u8]) -> bool {
 pub enum ParseError {
     /// Not JSON (the parser's error; not UTF-8 included).
     Malformed(serde_json::Error),
-    /// JSON naming [`RESERVED_MEMBER`].
-    Reserved,
+    /// JSON naming one of [`RESERVED_MEMBERS`] (this one).
+    Reserved(&'static str),
 }
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ParseError::Malformed(e) => write!(f, "malformed JSON: {e}"),
-            ParseError::Reserved => write!(
+            ParseError::Reserved(name) => write!(
                 f,
-                "the member name {RESERVED_MEMBER:?} is reserved (the broker's JSON parser \
-                 reads an object holding it as a number) and is not accepted"
+                "the member name {name:?} is reserved (the broker's JSON parser reads an \
+                 object holding it as {}) and is not accepted",
+                if *name == RESERVED_MEMBER {
+                    "a number"
+                } else {
+                    "JSON text"
+                }
             ),
         }
     }
@@ -95,15 +108,15 @@ fn refuse_reserved(
     raw: &[u8],
     parse: impl FnOnce() -> serde_json::Result<Value>,
 ) -> Result<Value, ParseError> {
-    if names_reserved_member(raw) {
-        return Err(ParseError::Reserved);
+    if let Some(name) = names_reserved_member(raw) {
+        return Err(ParseError::Reserved(name));
     }
     parse().map_err(ParseError::Malformed)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::names_reserved_member;
+    use super::{RESERVED_MEMBER, RESERVED_MEMBERS, names_reserved_member};
 
     #[test]
     fn the_reserved_member_is_found_however_spelled() {
@@ -113,15 +126,31 @@ mod tests {
             r#"[{"a":[{"b":{"\u0024serde_json::private::Number":12}}]}]"#,
             r#"{"x":{"$serde_json::private::\u004eumber":"abc","b":1}}"#,
         ] {
-            assert!(names_reserved_member(raw.as_bytes()), "{raw}");
+            assert_eq!(
+                names_reserved_member(raw.as_bytes()),
+                Some(RESERVED_MEMBER),
+                "{raw}"
+            );
+        }
+        for raw in [
+            r#"{"$serde_json::private::RawValue":"1","type":"TEXT_MESSAGE_CONTENT"}"#,
+            r#"{"type":"STATE_SNAPSHOT","snapshot":{"$serde_json::private::RawValue":"{\"a\":1}"}}"#,
+            r#"{"x":[{"\u0024serde_json::private::RawValue" :"2"}]}"#,
+        ] {
+            assert_eq!(
+                names_reserved_member(raw.as_bytes()),
+                Some(RESERVED_MEMBERS[1]),
+                "{raw}"
+            );
         }
         for raw in [
             r#"{"type":"CUSTOM","name":"n","value":"$serde_json::private::Number"}"#,
             r#"{"type":"CUSTOM","name":"\u00e9","value":["$serde_json::private::Number",1]}"#,
             r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::Numbers":1}}"#,
             r#"{"type":"CUSTOM","name":"n","value":1}"#,
+            r#"{"type":"CUSTOM","name":"n","value":{"$serde_json::private::RawValues":1}}"#,
         ] {
-            assert!(!names_reserved_member(raw.as_bytes()), "{raw}");
+            assert_eq!(names_reserved_member(raw.as_bytes()), None, "{raw}");
         }
     }
 }

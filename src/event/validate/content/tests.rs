@@ -92,6 +92,8 @@ fn what_it_cannot_decide_goes_the_full_way() {
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","subagentRunId":1}"#,
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","metadata":[]}"#,
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","x":{"$serde_json::private::Number":"1"}}"#,
+        r#"{"$serde_json::private::RawValue":"1","type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"x"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","rawEvent":{"$serde_json::private::RawValue":"{\"a\":1}"}}"#,
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}x"#,
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a""#,
         &deep,
@@ -116,6 +118,16 @@ fn what_it_cannot_decide_goes_the_full_way() {
         )
         .is_none()
     );
+    // Whitespace JSON does not allow around a text (the parser refuses a form feed).
+    let delta = r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"}"#;
+    for raw in [
+        format!("{delta}\x0c"),
+        format!("\x0c{delta}"),
+        format!("{delta}\x0b"),
+    ] {
+        assert!(shortcut(raw.as_bytes()).is_none(), "{raw:?}");
+        assert!(full(raw.as_bytes()).is_none(), "{raw:?}");
+    }
 }
 
 /// Every content delta of the repository's recorded runs and conformance streams, written
@@ -159,6 +171,9 @@ fn recorded_content_deltas_take_the_shortcut() {
 #[test]
 fn mutated_deltas_never_pass_the_shortcut_alone() {
     const PIECES: &[&[u8]] = &[
+        b"\"$serde_json::private::RawValue\":\"1\",",
+        b"\"$serde_json::private::Number\":\"1\",",
+        b"\x0c",
         b"\"",
         b"\\",
         b"{",
