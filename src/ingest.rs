@@ -177,8 +177,10 @@ struct Shared {
 
 /// A thread's fold as this node last saw it.
 struct Cached {
-    /// `None` until loaded; `Some((head, None))` when the fold cannot be rebuilt.
-    at: Option<(LogHead, Option<ThreadFold>)>,
+    /// `None` until loaded; `Some((head, None))` when the fold cannot be rebuilt. Boxed: a
+    /// publish takes it out and puts it back, and moving a fold by value was ~1,000
+    /// instructions per published event in `benches/hot_path.rs`.
+    at: Option<(LogHead, Option<Box<ThreadFold>>)>,
     /// Events in the log since this node's last checkpoint candidate: its own appends and
     /// what it folded while catching up with other nodes'.
     since_candidate: usize,
@@ -443,14 +445,14 @@ impl Ingest {
             }));
         }
         let batch = &a.events[skip..];
-        let Some(passes) = self.guard_passes(a, thread, fold.as_ref(), head).await? else {
+        let Some(passes) = self.guard_passes(a, thread, fold.as_deref(), head).await? else {
             c.at = None;
             return Ok(None);
         };
         let checked = if passes {
             self.check_order(
                 thread,
-                fold.as_ref(),
+                fold.as_deref(),
                 batch,
                 self.candidate_due(c, batch.len()),
             )
@@ -538,10 +540,13 @@ impl Ingest {
         &self,
         thread: &ThreadId,
         c: &mut Cached,
-    ) -> Result<(LogHead, Option<ThreadFold>), LogError> {
+    ) -> Result<(LogHead, Option<Box<ThreadFold>>), LogError> {
         match c.at.take() {
             Some(at) => Ok(at),
-            None if self.keeps_fold() => load_fold(&*self.shared.log, thread).await,
+            None if self.keeps_fold() => {
+                let (head, fold) = load_fold(&*self.shared.log, thread).await?;
+                Ok((head, fold.map(Box::new)))
+            }
             None => Ok((self.shared.log.head(thread).await?, None)),
         }
     }
@@ -612,7 +617,7 @@ impl Ingest {
         c: &mut Cached,
         ids: Vec<EventId>,
         head: LogHead,
-        fold: Option<ThreadFold>,
+        fold: Option<Box<ThreadFold>>,
         checked: Checked,
         batch: &[ValidEvent],
         skip: usize,
@@ -631,7 +636,7 @@ impl Ingest {
         });
         let values = batch.iter();
         let next = match checked {
-            Checked::Built(next) => Some(*next),
+            Checked::Built(next) => Some(next),
             Checked::InPlace(after) => fold.map(|mut f| {
                 f.apply_checked(values, after);
                 f
@@ -656,7 +661,7 @@ impl Ingest {
         &self,
         thread: &ThreadId,
         c: &mut Cached,
-        mut fold: ThreadFold,
+        mut fold: Box<ThreadFold>,
         head: LogHead,
         seen: Option<LogHead>,
     ) -> Result<bool, LogError> {
@@ -714,11 +719,11 @@ impl Ingest {
         {
             // Trimmed or recreated meanwhile: rebuilt from the log (`c.at` is `None`).
             let (head, fold) = self.position(thread, &mut c).await?;
-            let result = fold.as_ref().map(f);
+            let result = fold.as_deref().map(f);
             c.at = Some((head, fold));
             return Ok(result);
         }
-        Ok(c.at.as_ref().and_then(|(_, fold)| fold.as_ref()).map(f))
+        Ok(c.at.as_ref().and_then(|(_, fold)| fold.as_deref()).map(f))
     }
 
     fn cached(&self, thread: &ThreadId) -> Arc<Mutex<Cached>> {
