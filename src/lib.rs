@@ -30,6 +30,8 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod event;
+#[cfg(test)]
+mod fixtures;
 pub mod fold;
 pub mod gateway;
 pub mod http;

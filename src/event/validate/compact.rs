@@ -182,15 +182,14 @@ mod tests {
     /// never is, and nothing accepted serialises differently (asserted in `accepted`).
     #[test]
     fn recorded_events_agree_with_the_serialiser() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let documents: Vec<Value> = walk(&dir)
+        let documents: Vec<Value> = crate::fixtures::files(&crate::fixtures::dir(""))
             .iter()
             .filter_map(|path| std::fs::read_to_string(path).ok())
             .filter_map(|text| serde_json::from_str(&text).ok())
             .collect();
         let mut events = Vec::new();
         for document in &documents {
-            collect_events(document, &mut events);
+            crate::fixtures::events(document, &mut events);
         }
         assert!(events.len() > 300, "fixtures hold {} events", events.len());
         for event in &events {
@@ -204,36 +203,6 @@ mod tests {
             let pretty = serde_json::to_string_pretty(event).unwrap();
             assert!(!accepted(&pretty), "{pretty}");
         }
-    }
-
-    /// The objects with a string `type` in `value`, at any depth.
-    fn collect_events<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
-        match value {
-            Value::Object(members) => {
-                if members.get("type").is_some_and(Value::is_string) && members.len() > 1 {
-                    out.push(value);
-                }
-                members.values().for_each(|v| collect_events(v, out));
-            }
-            Value::Array(items) => items.iter().for_each(|v| collect_events(v, out)),
-            _ => {}
-        }
-    }
-
-    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-        let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return out;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                out.extend(walk(&path));
-            } else {
-                out.push(path);
-            }
-        }
-        out
     }
 
     #[test]

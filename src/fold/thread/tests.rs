@@ -3,15 +3,15 @@
 
 use super::ThreadFold;
 use crate::event::{AsEvent, ValidEvent, validate_event};
+use crate::fixtures;
 use serde_json::{Value, json};
 
 /// The event streams of the repository's fixtures (conformance `stream`s and recorded runs),
 /// each event validated (the invalid ones left out: a publish refuses them), plus a few
 /// hand-made ones around chunk lanes, subagent tags and closed runs.
 fn streams() -> Vec<Vec<ValidEvent>> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agui-recorded");
     let mut out = Vec::new();
-    for path in walk(&dir) {
+    for path in fixtures::files(&fixtures::dir("agui-recorded")) {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
@@ -116,21 +116,4 @@ fn checked_batches_of_content_fold_as_their_values() {
             }
         }
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
 }

@@ -4,6 +4,7 @@
 use super::{validate_content, validate_content_in};
 use crate::event::validate::{parse_received, validate_parsed};
 use crate::event::{AsEvent, ContentRef, EventType, Fields, ValidEvent};
+use crate::fixtures;
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -135,9 +136,8 @@ fn what_it_cannot_decide_goes_the_full_way() {
 /// with the full way's result (asserted in `shortcut`).
 #[test]
 fn recorded_content_deltas_take_the_shortcut() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut texts = Vec::new();
-    for path in walk(&dir) {
+    for path in fixtures::files(&fixtures::dir("")) {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
@@ -145,7 +145,7 @@ fn recorded_content_deltas_take_the_shortcut() {
             continue;
         };
         let mut events = Vec::new();
-        collect_events(&document, &mut events);
+        fixtures::events(&document, &mut events);
         texts.extend(events.iter().map(|e| serde_json::to_string(e).unwrap()));
     }
     let (mut taken, mut content) = (0, 0);
@@ -229,34 +229,4 @@ fn mutated_deltas_never_pass_the_shortcut_alone() {
         accepted += usize::from(shortcut(&raw).is_some());
     }
     assert!(accepted > 1_000, "{accepted} mutants accepted");
-}
-
-/// The objects with a string `type` in `value`, at any depth.
-fn collect_events<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
-    match value {
-        Value::Object(members) => {
-            if members.get("type").is_some_and(Value::is_string) && members.len() > 1 {
-                out.push(value);
-            }
-            members.values().for_each(|v| collect_events(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_events(v, out)),
-        _ => {}
-    }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
