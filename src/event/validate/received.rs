@@ -74,7 +74,20 @@ pub enum ParseError {
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ParseError::Malformed(e) => write!(f, "malformed JSON: {e}"),
+            ParseError::Malformed(e) => {
+                write!(f, "malformed JSON: {e}")?;
+                // serde_json's words for an unpaired UTF-16 surrogate escape, which
+                // JavaScript's `JSON.stringify` writes for a string cut inside a character.
+                let text = e.to_string();
+                if text.contains("surrogate") || text.contains("end of hex escape") {
+                    f.write_str(
+                        " (an unpaired UTF-16 surrogate escape, \\uD800 to \\uDFFF not in a \
+                         high-low pair, is not Unicode text and is refused: send whole \
+                         characters)",
+                    )?;
+                }
+                Ok(())
+            }
             ParseError::Reserved(name) => write!(
                 f,
                 "the member name {name:?} is reserved (the broker's JSON parser reads an \
@@ -117,6 +130,23 @@ fn refuse_reserved(
 #[cfg(test)]
 mod tests {
     use super::{RESERVED_MEMBER, RESERVED_MEMBERS, names_reserved_member};
+
+    #[test]
+    fn an_unpaired_surrogate_is_named() {
+        for raw in [
+            r#"{"d":"a\ud800 b"}"#,
+            r#"{"d":"a\udc00"}"#,
+            r#"{"d":"\ud83d\u0041"}"#,
+        ] {
+            let e = super::parse_received(raw.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("unpaired UTF-16 surrogate"), "{raw}: {e}");
+        }
+        let e = super::parse_received(br#"{"d":1"#).unwrap_err().to_string();
+        assert!(!e.contains("surrogate"), "{e}");
+        assert!(super::parse_received(br#"{"d":"\ud83d\ude00"}"#).is_ok());
+    }
 
     #[test]
     fn the_reserved_member_is_found_however_spelled() {
