@@ -11,7 +11,10 @@ const MAX_LINES: usize = 800;
 /// a lower layer: the data path `http → ingest → log` on publish and `log → hub → queue → sse`
 /// then `stream` on subscribe runs one way, and leaves (`event`, `sse`, ...) import nothing of
 /// the crate above them.
+/// `fixtures` (test-only access to the recorded fixtures) imports nothing of the crate, so it
+/// sits below the leaves and any layer's tests may read it.
 const LAYERS: &[&[&str]] = &[
+    &["fixtures"],
     &["config", "metrics", "event", "sse"],
     &["log"],
     &["fold"],
