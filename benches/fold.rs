@@ -198,11 +198,64 @@ fn state_delta(c: &mut Criterion) {
     group.finish();
 }
 
+/// A publish of `STATE_DELTA`s (check, then fold in place) on states of growing size: a
+/// list of `items` objects, and patches of 1 and 3 operations that keep its size. The cost per
+/// delta should not grow with the state (RFC 6902 §5's all-or-nothing without a copy).
+fn state_delta_publish(c: &mut Criterion) {
+    fn publish(fold: &mut ThreadFold, event: &Value) {
+        let after = fold
+            .check_batch_only(std::iter::once(event))
+            .expect("a valid delta");
+        fold.apply_checked(std::iter::once(event), after);
+    }
+    let mut group = c.benchmark_group("state_delta_publish");
+    for items in [100usize, 1_000, 10_000] {
+        let list: Vec<Value> = (0..items)
+            .map(|i| json!({"id": i, "text": format!("item {i} of the agent's working list"), "done": false}))
+            .collect();
+        for ops in [1, 3] {
+            let batch: Vec<Value> = (0..64)
+                .map(|i| {
+                    let mut delta = vec![json!({"op": "replace", "path": format!("/items/{}/done", i % items), "value": true})];
+                    if ops > 1 {
+                        delta.push(json!({"op": "add", "path": "/items/-", "value": {"id": i, "text": "appended", "done": false}}));
+                        delta.push(json!({"op": "remove", "path": "/items/0"}));
+                    }
+                    json!({"type": "STATE_DELTA", "delta": delta})
+                })
+                .collect();
+            group.throughput(Throughput::Elements(batch.len() as u64));
+            group.bench_with_input(
+                BenchmarkId::new(format!("{ops}_ops"), items),
+                &batch,
+                |b, batch| {
+                    let mut fold = ThreadFold::new();
+                    publish(
+                        &mut fold,
+                        &json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+                    );
+                    publish(
+                        &mut fold,
+                        &json!({"type": "STATE_SNAPSHOT", "snapshot": {"items": list}}),
+                    );
+                    b.iter(|| {
+                        for event in batch {
+                            publish(&mut fold, event);
+                        }
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     fold_recorded,
     long_thread,
     publish_in_one_run,
-    state_delta
+    state_delta,
+    state_delta_publish
 );
 criterion_main!(benches);

@@ -124,7 +124,7 @@ impl Checked {
     /// Checks `batch` against `fold`, building the fold after it only when `build` (a
     /// checkpoint candidate goes with the batch).
     fn check<'a>(
-        fold: &ThreadFold,
+        fold: &mut ThreadFold,
         batch: impl IntoIterator<Item = &'a ValidEvent>,
         build: bool,
     ) -> Result<Checked, Rejection> {
@@ -435,7 +435,7 @@ impl Ingest {
         let thread = a.thread;
         // Whether the fold was read from the log just now (not this node's cached copy).
         let fresh = c.at.is_none() || std::mem::take(&mut a.caught_up);
-        let (head, fold) = self.position(thread, c).await?;
+        let (head, mut fold) = self.position(thread, c).await?;
         let skip = self.already_appended(a).await?;
         if skip == a.events.len() {
             c.at = Some((head, fold));
@@ -452,7 +452,7 @@ impl Ingest {
         let checked = if passes {
             self.check_order(
                 thread,
-                fold.as_deref(),
+                fold.as_deref_mut(),
                 batch,
                 self.candidate_due(c, batch.len()),
             )
@@ -570,7 +570,7 @@ impl Ingest {
     fn check_order(
         &self,
         thread: &ThreadId,
-        fold: Option<&ThreadFold>,
+        fold: Option<&mut ThreadFold>,
         batch: &[ValidEvent],
         due: bool,
     ) -> Result<Checked, Rejection> {

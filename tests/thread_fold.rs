@@ -14,7 +14,20 @@ struct Seen([usize; 3]);
 /// check found) equals the built one.
 fn agree(fold: &ThreadFold, batch: &[Value], at: &str, seen: &mut Seen) {
     let built = fold.check_batch(batch);
-    let only = fold.check_batch_only(batch);
+    // The check alone tries the batch's state deltas on the fold's own state: it must leave
+    // the fold as it was, byte for byte, whatever the outcome.
+    let mut probe = fold.clone();
+    let only = probe.check_batch_only(batch);
+    assert_eq!(
+        serde_json::to_string(probe.fold().state()).unwrap(),
+        serde_json::to_string(fold.fold().state()).unwrap(),
+        "{at}: the check changed the state"
+    );
+    assert_eq!(
+        probe.checker(),
+        fold.checker(),
+        "{at}: the check changed the order state"
+    );
     match (&built, only) {
         (Ok(next), Ok(after)) => {
             seen.0[match after {

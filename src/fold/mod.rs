@@ -117,6 +117,12 @@ impl Fold {
         &self.state
     }
 
+    /// The state, for a check that patches it and takes the patch back
+    /// ([`ThreadFold::check_batch_only`]).
+    pub(crate) fn state_mut(&mut self) -> &mut Value {
+        &mut self.state
+    }
+
     /// Whether a `STATE_SNAPSHOT` or an applied `STATE_DELTA` has set [`Fold::state`].
     pub fn state_known(&self) -> bool {
         self.state_known
@@ -251,17 +257,19 @@ pub(crate) fn apply_state_delta_portable(
     patch::apply_atomic_portable(state, ops)
 }
 
-/// [`apply_state_delta_portable`] on a copy of the state the caller drops on error (a batch's
-/// check): no second copy for atomicity.
+/// [`apply_state_delta_portable`] as part of a [`patch::Trial`] (a batch's check, which takes
+/// every write back when it is done).
 ///
 /// # Errors
-/// The first [`DeltaRefusal`]; `state` may then hold part of the patch.
-pub(crate) fn apply_state_delta_portable_in_place(
+/// The first [`DeltaRefusal`]; `state` may then hold part of the patch until the trial is
+/// taken back.
+pub(crate) fn try_state_delta(
     state: &mut Value,
     event: &Value,
+    trial: &mut patch::Trial,
 ) -> Result<(), DeltaRefusal> {
     let ops = patch_ops(event.field("delta"))?;
-    patch::apply_portable_in_place(state, ops)
+    trial.apply_portable(state, ops)
 }
 
 /// The `(index, operation)` list of a patch, without operations whose `op` the client's

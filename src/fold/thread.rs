@@ -3,7 +3,7 @@
 //! (PROTOCOL §5). One [`ThreadFold`] per followed thread in the hub, one per thread with recent
 //! publishes in the ingest cache.
 
-use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError};
+use super::{AmbiguousPath, Applied, DeltaRefusal, Fold, PatchError, patch};
 use crate::event::order::{OrderChecker, OrderViolation};
 use crate::event::{AsEvent, Fields};
 use serde_json::Value;
@@ -212,23 +212,44 @@ impl ThreadFold {
     }
 
     /// [`Self::check_batch`] without building the fold after the batch: the order state is
-    /// checked on a copy (its open constructs and the run's owner maps) and the shared state
-    /// only when the batch holds a `STATE_DELTA` (copied at the first one), so a publish costs
-    /// O(order state) rather than a copy of the whole thread (messages, the run's events). Once
-    /// the batch is appended, [`Self::apply_checked`] folds it in place.
+    /// checked on a copy (its open constructs and the run's owner maps), copied only at the
+    /// first event that changes it, and the batch's `STATE_DELTA`s are tried on the fold's own
+    /// state and taken back ([`patch::Trial`]), so a publish costs O(order state + the
+    /// deltas' operations) rather than a copy of the thread or of its state. Once the batch is
+    /// appended, [`Self::apply_checked`] folds it in place.
     ///
-    /// Returns the order state the batch leaves, for [`Self::apply_checked`].
+    /// `self` is as it was on return, whatever the outcome (the state byte for byte, key order
+    /// included). Returns the order state the batch leaves, for [`Self::apply_checked`].
     ///
     /// # Errors
     /// As [`Self::check_batch`].
     pub fn check_batch_only<'a, E: AsEvent + ?Sized + 'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a E>,
+    ) -> Result<OrderAfter, Rejection> {
+        // Taken out for the check, so that the rest of the fold can be read while it is
+        // patched, and put back as it was.
+        let mut own = std::mem::take(self.fold.state_mut());
+        let mut trial = patch::Trial::new();
+        let checked = self.check_on(events, &mut own, &mut trial);
+        trial.undo(&mut own);
+        *self.fold.state_mut() = own;
+        checked
+    }
+
+    /// [`Self::check_batch_only`] with the fold's state (`own`, taken out of it) patched under
+    /// `trial`.
+    fn check_on<'a, E: AsEvent + ?Sized + 'a>(
         &self,
         events: impl IntoIterator<Item = &'a E>,
+        own: &mut Value,
+        trial: &mut patch::Trial,
     ) -> Result<OrderAfter, Rejection> {
         // The order state as the batch leaves it, copied at the first event that may change
         // it: until then (token deltas, state deltas) each event is checked on the fold's own.
         let mut checker: Option<OrderChecker> = None;
-        // The state as the batch leaves it, once a snapshot or delta touched it.
+        // The state as the batch leaves it once a snapshot in the batch replaced the fold's
+        // (the snapshot's copy); until then the deltas go on `own`, under `trial`.
         let mut state: Option<Value> = None;
         // The messages as the batch leaves them, once an `ACTIVITY_DELTA` needs its activity's
         // content (the fold copied at the first one); the message snapshots before it wait.
@@ -282,11 +303,15 @@ impl ThreadFold {
                         }
                     }
                     Some("STATE_DELTA") => {
-                        let st = state.get_or_insert_with(|| self.fold.state().clone());
-                        // `st` is this check's own copy, dropped on a refusal: no copy per
-                        // delta for atomicity.
-                        super::apply_state_delta_portable_in_place(st, ev)
-                            .map_err(|refusal| Rejection::delta(index, refusal))?;
+                        let tried = match state.as_mut() {
+                            // The snapshot's copy is dropped after the check: its writes
+                            // need no taking back (and must not be taken back on `own`).
+                            Some(copy) => {
+                                super::try_state_delta(copy, ev, &mut patch::Trial::new())
+                            }
+                            None => super::try_state_delta(own, ev, trial),
+                        };
+                        tried.map_err(|refusal| Rejection::delta(index, refusal))?;
                     }
                     Some("ACTIVITY_SNAPSHOT" | "MESSAGES_SNAPSHOT") => match messages.as_mut() {
                         Some(fold) => {

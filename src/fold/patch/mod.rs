@@ -6,9 +6,11 @@
 //! `applyOperation` step by step (`existingPathFragment`, the `validator`, JavaScript property
 //! lookup, `~~key` index conversion, the `__proto__` ban). The walk either fails the operation
 //! the way the library throws, or yields a normalised pointer (canonical array indices,
-//! clamped insertion points) that the `json-patch` crate then applies: the crate's RFC 6902
-//! semantics and the library's agree on every normalised operation. The few places where the
-//! walk does the work itself are marked `fast-json-patch ≠ RFC 6902` and say why.
+//! clamped insertion points) where `journal.rs` then writes: at a normalised pointer every
+//! operation is one insert, overwrite or removal on one container, on which RFC 6902 and the
+//! library agree. Each write is recorded with what it overwrote, so a patch is all or nothing
+//! without a copy of the document. The few places where the walk does the work itself are
+//! marked `fast-json-patch ≠ RFC 6902` and say why.
 //!
 //! Deliberate differences from the library, each where JavaScript would produce a value JSON
 //! cannot hold, lose a value, or depend on whether the library runs in strict mode (the first
@@ -42,18 +44,20 @@
 
 use crate::event::Fields;
 use json_patch::jsonptr::Token;
-use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::Value;
 
+mod journal;
 mod js;
 mod portable;
 mod walk;
 
+use journal::Journal;
+
 pub(crate) use js::js_equals;
 
 use walk::{
-    Slot, Tokens, crate_apply, index_token, lenient_get, resolve_from, splice_start, take,
-    test_target, unvalidated_destination, usize_index, walk,
+    Slot, Tokens, index_token, lenient_get, resolve_from, splice_start, test_target,
+    unvalidated_destination, usize_index, walk,
 };
 
 /// Why a JSON Patch did not apply: the index of the failing operation (0-based, in the
@@ -97,20 +101,16 @@ pub fn apply_patch(doc: &Value, ops: &[Value]) -> Result<Value, PatchError> {
     Ok(work)
 }
 
-/// Applies a patch to `doc` in place, all or nothing, cloning `doc` only when it has to.
-///
-/// A single non-`move` operation is checked before anything is written (the walk fails
-/// before the crate mutates), so it needs no copy; any longer patch is applied to a clone
-/// that replaces `doc` on success (an O(size of `doc`) copy per event; the price of
-/// atomicity, RFC 6902 §5).
+/// Applies a patch to `doc` in place, all or nothing (RFC 6902 §5), without a copy of `doc`:
+/// the writes are recorded as they are made and taken back if a later operation fails, so the
+/// cost is O(the operations' values), whatever the size of `doc`.
 ///
 /// `ops` yields `(index as sent, operation)`, so a caller that dropped some operations
 /// (the client's enforcement stage drops unknown `op`s) still reports original indices.
-pub(crate) fn apply_atomic<'a, I>(doc: &mut Value, ops: I) -> Result<(), PatchError>
-where
-    I: IntoIterator<Item = (usize, &'a Value)>,
-    I::IntoIter: Clone,
-{
+pub(crate) fn apply_atomic<'a>(
+    doc: &mut Value,
+    ops: impl IntoIterator<Item = (usize, &'a Value)>,
+) -> Result<(), PatchError> {
     atomic(doc, ops, apply_indexed)
 }
 
@@ -147,71 +147,83 @@ pub struct AmbiguousPath {
 ///
 /// # Errors
 /// The first [`DeltaRefusal`].
-pub(crate) fn apply_atomic_portable<'a, I>(doc: &mut Value, ops: I) -> Result<(), DeltaRefusal>
-where
-    I: IntoIterator<Item = (usize, &'a Value)>,
-    I::IntoIter: Clone,
-{
-    atomic(doc, ops, |doc, index, raw| {
-        portable::check(doc, raw).map_err(|u| AmbiguousPath {
-            op_index: index,
-            member: u.member,
-            pointer: u.pointer,
-            reason: u.reason,
-        })?;
-        Ok(apply_indexed(doc, index, raw)?)
-    })
-}
-
-/// [`apply_atomic_portable`] without the all-or-nothing copy, for a document the caller
-/// throws away on error (a publish's check works on its own copy of the state): on error `doc`
-/// may hold the operations before the failing one.
-///
-/// # Errors
-/// The first [`DeltaRefusal`].
-pub(crate) fn apply_portable_in_place<'a>(
+pub(crate) fn apply_atomic_portable<'a>(
     doc: &mut Value,
     ops: impl IntoIterator<Item = (usize, &'a Value)>,
 ) -> Result<(), DeltaRefusal> {
-    for (index, raw) in ops {
-        portable::check(doc, raw).map_err(|u| AmbiguousPath {
-            op_index: index,
-            member: u.member,
-            pointer: u.pointer,
-            reason: u.reason,
-        })?;
-        apply_indexed(doc, index, raw)?;
-    }
-    Ok(())
+    atomic(doc, ops, apply_portable)
 }
 
-/// Runs `step` on each operation, all or nothing (see [`apply_atomic`] for when `doc` is
-/// cloned). `step` must fail without writing anything, except for a `move`.
-fn atomic<'a, I, E>(
-    doc: &mut Value,
-    ops: I,
-    mut step: impl FnMut(&mut Value, usize, &'a Value) -> Result<(), E>,
-) -> Result<(), E>
-where
-    I: IntoIterator<Item = (usize, &'a Value)>,
-    I::IntoIter: Clone,
-{
-    let ops = ops.into_iter();
-    let mut probe = ops.clone();
-    match (probe.next(), probe.next()) {
-        (None, _) => Ok(()),
-        (Some((index, op)), None) if op.field("op").and_then(Value::as_str) != Some("move") => {
-            step(doc, index, op)
+/// Patches applied to a document only to see whether they apply (a publish's check of its
+/// batch's `STATE_DELTA`s against the thread's own state), every write recorded so that
+/// [`Trial::undo`] leaves the document exactly as it was (key order included), in
+/// O(the operations' values) rather than a copy of the document.
+#[derive(Debug)]
+pub(crate) struct Trial(Journal);
+
+impl Trial {
+    /// A trial with nothing applied yet.
+    pub(crate) fn new() -> Self {
+        Trial(Journal::recording())
+    }
+
+    /// [`apply_atomic_portable`] as part of the trial. On error `doc` may hold the
+    /// operations before the failing one, until [`Trial::undo`].
+    ///
+    /// # Errors
+    /// The first [`DeltaRefusal`].
+    pub(crate) fn apply_portable<'a>(
+        &mut self,
+        doc: &mut Value,
+        ops: impl IntoIterator<Item = (usize, &'a Value)>,
+    ) -> Result<(), DeltaRefusal> {
+        for (index, raw) in ops {
+            apply_portable(doc, index, raw, &mut self.0)?;
         }
-        _ => {
-            let mut work = doc.clone();
-            for (index, op) in ops {
-                step(&mut work, index, op)?;
-            }
-            *doc = work;
-            Ok(())
+        Ok(())
+    }
+
+    /// Takes back every write of the trial: `doc` (the document it applied to) is again what
+    /// it was before the trial.
+    pub(crate) fn undo(self, doc: &mut Value) {
+        self.0.undo(doc);
+    }
+}
+
+/// One operation of [`apply_atomic_portable`]: the portable-path check, then the operation.
+fn apply_portable(
+    doc: &mut Value,
+    index: usize,
+    raw: &Value,
+    journal: &mut Journal,
+) -> Result<(), DeltaRefusal> {
+    portable::check(doc, raw).map_err(|u| AmbiguousPath {
+        op_index: index,
+        member: u.member,
+        pointer: u.pointer,
+        reason: u.reason,
+    })?;
+    Ok(apply_indexed(doc, index, raw, journal)?)
+}
+
+/// Runs `step` on each operation, all or nothing: the writes are recorded in a [`Journal`] and
+/// taken back when an operation fails (O(operations applied), no copy of `doc`). `step` must
+/// fail without writing anything, so a patch's last operation is not recorded.
+fn atomic<'a, E>(
+    doc: &mut Value,
+    ops: impl IntoIterator<Item = (usize, &'a Value)>,
+    mut step: impl FnMut(&mut Value, usize, &'a Value, &mut Journal) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut ops = ops.into_iter().peekable();
+    let mut journal = Journal::recording();
+    while let Some((index, op)) = ops.next() {
+        journal.set_recording(ops.peek().is_some());
+        if let Err(failed) = step(doc, index, op, &mut journal) {
+            journal.undo(doc);
+            return Err(failed);
         }
     }
+    Ok(())
 }
 
 /// Applies operations in order, mutating `doc`; on error `doc` may hold the operations
@@ -220,15 +232,21 @@ fn apply_in_place<'a>(
     doc: &mut Value,
     ops: impl Iterator<Item = (usize, &'a Value)>,
 ) -> Result<(), PatchError> {
+    let mut journal = Journal::off();
     for (index, raw) in ops {
-        apply_indexed(doc, index, raw)?;
+        apply_indexed(doc, index, raw, &mut journal)?;
     }
     Ok(())
 }
 
 /// [`apply_op`], its failure named by the operation's `index` as sent.
-fn apply_indexed(doc: &mut Value, index: usize, raw: &Value) -> Result<(), PatchError> {
-    apply_op(doc, raw).map_err(|fail| PatchError {
+fn apply_indexed(
+    doc: &mut Value,
+    index: usize,
+    raw: &Value,
+    journal: &mut Journal,
+) -> Result<(), PatchError> {
+    apply_op(doc, raw, journal).map_err(|fail| PatchError {
         op_index: index,
         code: fail.code,
         message: fail.message,
@@ -338,12 +356,12 @@ fn parse_op(raw: &Value) -> Result<Op<'_>, Fail> {
     })
 }
 
-/// Applies one operation to `doc`. Fails without writing anything, except a `move` that
-/// fails after removing its source (callers clone for a `move`).
-fn apply_op(doc: &mut Value, raw: &Value) -> Result<(), Fail> {
+/// Applies one operation to `doc`, recording its writes in `journal`. Fails without writing
+/// anything (a `move` whose destination fails puts its source back).
+fn apply_op(doc: &mut Value, raw: &Value, journal: &mut Journal) -> Result<(), Fail> {
     let op = parse_op(raw)?;
     if op.path.is_empty() {
-        return apply_root(doc, &op);
+        return apply_root(doc, &op, journal);
     }
     let tokens = Tokens::parse(op.path);
     if !doc.is_object() && !doc.is_array() {
@@ -371,13 +389,7 @@ fn apply_op(doc: &mut Value, raw: &Value) -> Result<(), Fail> {
                     target.pointer_with(index_token(splice_start(*k, len)))
                 }
             };
-            crate_apply(
-                doc,
-                PatchOperation::Add(AddOperation {
-                    path: pointer,
-                    value: op.value.clone(),
-                }),
-            )
+            journal.add(doc, &pointer, op.value.clone())
         }
         Kind::Replace => {
             let pointer = match &target.slot {
@@ -388,40 +400,19 @@ fn apply_op(doc: &mut Value, raw: &Value) -> Result<(), Fail> {
                 // fast-json-patch ≠ RFC 6902: `replace` of an inherited `Object.prototype`
                 // name (`/constructor`) passes the library's existence check and assigns an
                 // own member: an `add`.
-                return crate_apply(
-                    doc,
-                    PatchOperation::Add(AddOperation {
-                        path: pointer,
-                        value: op.value.clone(),
-                    }),
-                );
+                return journal.add(doc, &pointer, op.value.clone());
             }
-            crate_apply(
-                doc,
-                PatchOperation::Replace(ReplaceOperation {
-                    path: pointer,
-                    value: op.value.clone(),
-                }),
-            )
+            journal.replace(doc, &pointer, op.value.clone())
         }
-        Kind::Remove => match &target.slot {
-            Slot::Key(key) => {
-                // The crate removes object members with `swap_remove` (moving the last key into
-                // the hole); JavaScript `delete` keeps the other keys in order, so the member is
-                // removed here. An inherited-only name (`/toString`) is a no-op `delete`.
-                if let Some(Value::Object(map)) = target.parent_mut(doc) {
-                    map.shift_remove(key.as_str());
-                }
-                Ok(())
-            }
-            Slot::Index(k) => {
-                let pointer = target.pointer_with(index_token(usize_index(*k)));
-                crate_apply(
-                    doc,
-                    PatchOperation::Remove(RemoveOperation { path: pointer }),
-                )
-            }
-        },
+        Kind::Remove => {
+            // JavaScript `delete` keeps the other keys in order (not the crate's
+            // `swap_remove`); an inherited-only name (`/toString`) is a no-op `delete`.
+            let pointer = match &target.slot {
+                Slot::Key(key) => target.pointer_with(Token::new(key.as_str())),
+                Slot::Index(k) => target.pointer_with(index_token(usize_index(*k))),
+            };
+            journal.remove(doc, &pointer)
+        }
         Kind::Copy => {
             let from = resolve_from(doc, op.from)?;
             let pointer = match &target.slot {
@@ -433,13 +424,13 @@ fn apply_op(doc: &mut Value, raw: &Value) -> Result<(), Fail> {
                     target.pointer_with(index_token(splice_start(*k, len).min(len)))
                 }
             };
-            crate_apply(
-                doc,
-                PatchOperation::Copy(CopyOperation {
-                    from,
-                    path: pointer,
-                }),
-            )
+            let Some(value) = doc.pointer(from.as_str()).cloned() else {
+                return fail(
+                    "OPERATION_FROM_UNRESOLVABLE",
+                    format!("cannot copy from {:?}", op.from),
+                );
+            };
+            journal.add(doc, &pointer, value)
         }
         Kind::Move => {
             let from = resolve_from(doc, op.from)?;
@@ -451,25 +442,27 @@ fn apply_op(doc: &mut Value, raw: &Value) -> Result<(), Fail> {
             }
             // The library removes `from`, then adds at `path` without validation, resolving
             // `path` again on the changed document; so does this.
-            let value = take(doc, &from)?;
-            let pointer = unvalidated_destination(doc, &tokens, op.path)?;
-            crate_apply(
-                doc,
-                PatchOperation::Add(AddOperation {
-                    path: pointer,
-                    value,
-                }),
-            )
+            let (value, removal) = journal.take(doc, &from)?;
+            match unvalidated_destination(doc, &tokens, op.path) {
+                Ok(pointer) => {
+                    journal.moved(removal);
+                    journal.add(doc, &pointer, value)
+                }
+                Err(failed) => {
+                    removal.put_back(doc, value);
+                    Err(failed)
+                }
+            }
         }
     }
 }
 
 /// Operations at the root (`path: ""`), which `fast-json-patch` handles before any walk.
-fn apply_root(doc: &mut Value, op: &Op<'_>) -> Result<(), Fail> {
+fn apply_root(doc: &mut Value, op: &Op<'_>, journal: &mut Journal) -> Result<(), Fail> {
     match op.kind {
-        Kind::Add | Kind::Replace => *doc = op.value.clone(),
+        Kind::Add | Kind::Replace => journal.set_document(doc, op.value.clone()),
         // fast-json-patch ≠ RFC 6902: removing the root leaves `null`.
-        Kind::Remove => *doc = Value::Null,
+        Kind::Remove => journal.set_document(doc, Value::Null),
         Kind::Test => {
             if !js_equals(doc, op.value) {
                 return fail("TEST_OPERATION_FAILED", "test operation failed at \"\"");
@@ -488,7 +481,8 @@ fn apply_root(doc: &mut Value, op: &Op<'_>) -> Result<(), Fail> {
                         ),
                     );
                 };
-                *doc = value.clone();
+                let value = value.clone();
+                journal.set_document(doc, value);
             }
         }
     }

@@ -1,10 +1,9 @@
 //! The read-only walk that mirrors `fast-json-patch`'s `applyOperation` for one operation:
-//! it fails the operation the way the library throws, or yields the normalised pointer the
-//! `json-patch` crate then applies.
+//! it fails the operation the way the library throws, or yields the normalised pointer that
+//! `journal.rs` then writes at.
 
 use super::js::{canonical_index, is_digits, is_object_proto, js_equals, js_has, to_int32};
 use super::{Fail, Kind, Op, fail};
-use json_patch::PatchOperation;
 use json_patch::jsonptr::{PointerBuf, Token};
 use serde_json::Value;
 
@@ -88,14 +87,6 @@ impl Target {
         self.parent.iter().try_fold(doc, |v, step| match (v, step) {
             (Value::Object(m), Step::Key(k)) => m.get(k.as_str()),
             (Value::Array(a), Step::Index(i)) => a.get(*i),
-            _ => None,
-        })
-    }
-
-    pub(super) fn parent_mut<'d>(&self, doc: &'d mut Value) -> Option<&'d mut Value> {
-        self.parent.iter().try_fold(doc, |v, step| match (v, step) {
-            (Value::Object(m), Step::Key(k)) => m.get_mut(k.as_str()),
-            (Value::Array(a), Step::Index(i)) => a.get_mut(*i),
             _ => None,
         })
     }
@@ -333,28 +324,6 @@ pub(super) fn lenient_get<'d>(
     Ok(Some(obj))
 }
 
-/// Removes the value at a canonical pointer (a resolved `from`) and returns it, keeping
-/// the order of the remaining object keys.
-pub(super) fn take(doc: &mut Value, from: &PointerBuf) -> Result<Value, Fail> {
-    let removed =
-        from.split_back()
-            .and_then(|(parent, last)| match doc.pointer_mut(parent.as_str())? {
-                Value::Object(map) => map.shift_remove(last.decoded().as_ref()),
-                Value::Array(arr) => {
-                    let k: usize = last.decoded().parse().ok()?;
-                    (k < arr.len()).then(|| arr.remove(k))
-                }
-                _ => None,
-            });
-    match removed {
-        Some(v) => Ok(v),
-        None => fail(
-            "OPERATION_FROM_UNRESOLVABLE",
-            format!("cannot remove {:?}", from.as_str()),
-        ),
-    }
-}
-
 /// The `add` a `move` performs after removing its source: no validation, resolved on the
 /// changed document. Returns the canonical pointer (an index past the end appends, a
 /// negative one counts from the end, as `splice` does).
@@ -440,13 +409,4 @@ pub(super) fn test_target(
             format!("test operation failed at {path:?}"),
         ),
     }
-}
-
-/// Applies one normalised operation with the `json-patch` crate (RFC 6902 §4).
-pub(super) fn crate_apply(doc: &mut Value, op: PatchOperation) -> Result<(), Fail> {
-    json_patch::patch_unsafe(doc, std::slice::from_ref(&op)).map_err(|e| Fail {
-        // Not expected: the walk only lets through operations the crate accepts.
-        code: "OPERATION_PATH_UNRESOLVABLE",
-        message: e.to_string(),
-    })
 }
