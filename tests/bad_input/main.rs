@@ -194,7 +194,7 @@ async fn delete_redis_keys(thread: &str) {
 
 /// A broker with small limits. Order validation is off: these cases are about the schema
 /// and the limits, checked before any order rule, and "nothing appended" is easiest to see on
-/// threads whose valid events are plain `CUSTOM`s (tests/order_validation.rs covers the order
+/// threads whose valid events are plain `CUSTOM`s (tests/order_validation/ covers the order
 /// rules with strict order on).
 async fn start_limited(redis: bool) -> Server {
     broker::start(|c| {
