@@ -19,6 +19,9 @@
 //!
 //! `cargo bench --bench validate -- --measurement-time 3`
 
+use agui_fanout::event::validate::{
+    array_elements, parse_received, validate_content_batch, validate_parsed,
+};
 use agui_fanout::event::{ThreadId, ValidEvent, validate_event, validate_value};
 use agui_fanout::fold::ThreadFold;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -198,6 +201,46 @@ fn loadtest_benches(c: &mut Criterion) {
     group.finish();
 }
 
+/// A JSON array body of 8 token deltas (~100 bytes each): the way `POST` takes it
+/// (`validate_content_batch`, each element from its fields) against the full way it took
+/// before (the array parsed to a value, each element validated with its bytes).
+fn batch_benches(c: &mut Criterion) {
+    let thread = ThreadId::parse("loadtest-0001").expect("a thread id");
+    let body = format!(
+        "[{}]",
+        (0..8)
+            .map(|i| format!(
+                r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"msg-0001-0042","delta":" token {i} of the answer, a few words long"}}"#
+            ))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let full = |raw: &[u8]| -> Vec<ValidEvent> {
+        let Ok(Value::Array(items)) = parse_received(raw) else {
+            panic!("an array")
+        };
+        let elements = array_elements(raw).expect("an array");
+        items
+            .into_iter()
+            .zip(elements)
+            .map(|(item, bytes)| validate_parsed(item, bytes, Some(&thread)).expect("valid"))
+            .collect()
+    };
+    assert_eq!(
+        validate_content_batch(body.as_bytes()).expect("taken"),
+        full(body.as_bytes())
+    );
+    let mut group = c.benchmark_group("validate_batch_of_8_token_deltas");
+    group.throughput(Throughput::Elements(8));
+    group.bench_function("content_batch", |b| {
+        b.iter(|| black_box(validate_content_batch(black_box(body.as_bytes()))))
+    });
+    group.bench_function("full", |b| {
+        b.iter(|| black_box(full(black_box(body.as_bytes()))))
+    });
+    group.finish();
+}
+
 /// The recorded-stream benches, sharing one load of the fixtures.
 fn recorded_benches(c: &mut Criterion) {
     let streams = recorded_streams();
@@ -205,5 +248,5 @@ fn recorded_benches(c: &mut Criterion) {
     order_benches(c, &streams);
 }
 
-criterion_group!(benches, recorded_benches, loadtest_benches);
+criterion_group!(benches, recorded_benches, loadtest_benches, batch_benches);
 criterion_main!(benches);

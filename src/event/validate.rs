@@ -33,7 +33,7 @@ mod received;
 mod schema;
 
 pub use compact::array_elements;
-pub use content::{validate_content, validate_content_in};
+pub use content::{validate_content, validate_content_batch, validate_content_in};
 pub use received::{ParseError, RESERVED_MEMBER, RESERVED_MEMBERS, parse_received};
 
 use super::{EventType, ThreadId, ValidEvent};

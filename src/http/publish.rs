@@ -6,7 +6,9 @@
 use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
-use crate::event::validate::{ParseError, array_elements, parse_received, validate_content};
+use crate::event::validate::{
+    ParseError, array_elements, parse_received, validate_content, validate_content_batch,
+};
 use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
 use crate::ingest::Producer;
 use crate::log::EventId;
@@ -350,6 +352,13 @@ fn parse_json_body(
     if let Some(ev) = validate_content(bytes) {
         check_size(&ev, None, max_event)?;
         return Ok(vec![ev]);
+    }
+    // A batch of them (a producer sending its token deltas in groups), the same way.
+    if let Some(events) = validate_content_batch(bytes) {
+        for (i, ev) in events.iter().enumerate() {
+            check_size(ev, Some(i), max_event)?;
+        }
+        return Ok(events);
     }
     let value = parse_received(bytes).map_err(parse_refusal)?;
     match value {

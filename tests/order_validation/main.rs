@@ -431,8 +431,33 @@ async fn violation_mid_batch_refuses_the_whole_batch(base: &str, backend: &str) 
         }
     }
     let (_, last) = sse_client::publish_ok(base, &thread, &batch[..3]).await;
-    assert_eq!(last_event_id(base, &thread).await, Some(last));
+    assert_eq!(last_event_id(base, &thread).await, Some(last.clone()));
     assert_eq!(log_events(base, &thread).await.len(), 4);
+    // A batch of token deltas only (validated from their fields, `validate_content_batch`):
+    // the same rules.
+    let deltas = vec![
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "a"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "b"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "x"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "c"}),
+    ];
+    for ndjson in [false, true] {
+        let r = if ndjson {
+            publish_ndjson(base, &thread, &deltas).await
+        } else {
+            publish_batch(base, &thread, &deltas).await
+        };
+        let err = r.error();
+        assert_eq!(r.status, 409, "{backend} ndjson={ndjson}: {}", r.body);
+        assert_eq!(err["rule"], "message_not_open", "{err}");
+        assert_eq!(err["index"], 2, "{err}");
+        assert_eq!(last_event_id(base, &thread).await, Some(last.clone()));
+    }
+    sse_client::publish_ok(base, &thread, &deltas[..2]).await;
+    let log = log_events(base, &thread).await;
+    assert_eq!(log.len(), 6);
+    assert_eq!(log[4], deltas[0]);
+    assert_eq!(log[5], deltas[1]);
 }
 
 /// Compare-and-append attempts of a node (`op="append"` samples of its backend latency: one

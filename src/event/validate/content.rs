@@ -13,7 +13,7 @@
 //! their members (a repeated name inside one collapses when parsed: the bytes are then not
 //! the serialised form) and bound their depth. `tests` compares it with the full validation.
 
-use super::compact::{count_members, written_members};
+use super::compact::{Escapes, count_members, string_end, written_members};
 use super::received::names_reserved_member;
 use super::schema::MAX_SAFE_INTEGER;
 use super::{MAX_DEPTH, nested_deeper_than};
@@ -50,6 +50,66 @@ pub fn validate_content_in(json: &Bytes) -> Option<ValidEvent> {
     let raw = trim_json(json);
     let content = read_content(raw)?;
     Some(ValidEvent::from_content(json.slice_ref(raw), content))
+}
+
+/// [`validate_content`] of a batch: `raw` a JSON array (RFC 8259 §5) every element of which
+/// is a content delta the shortcut accepts, returned in order, each element's bytes copied as
+/// its JSON (as a single event's are, so no event holds the whole body). `None` means
+/// "validate it the full way": any other element, an empty array, or text that is not exactly
+/// an array of objects separated by commas and JSON whitespace (each element is parsed alone,
+/// so together they are valid JSON).
+pub fn validate_content_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
+    let inner = trim_json(raw).strip_prefix(b"[")?.strip_suffix(b"]")?;
+    let mut events = Vec::new();
+    let mut i = 0;
+    loop {
+        i = skip_json_space(inner, i);
+        if inner.get(i) != Some(&b'{') {
+            return None;
+        }
+        let end = object_end(inner, i)?;
+        events.push(validate_content(&inner[i..end])?);
+        i = skip_json_space(inner, end);
+        match inner.get(i) {
+            None => return Some(events),
+            Some(b',') => i += 1,
+            Some(_) => return None,
+        }
+    }
+}
+
+/// The position of the first byte at or after `i` that is not JSON whitespace.
+fn skip_json_space(raw: &[u8], mut i: usize) -> usize {
+    while matches!(raw.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The position after the bracket that closes the object opening at `raw[start]`, strings
+/// skipped; `None` when it does not close. Whether the text between is JSON is left to the
+/// parse of the element.
+fn object_end(raw: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0_usize;
+    let mut i = start;
+    while i < raw.len() {
+        match raw[i] {
+            b'"' => {
+                i = string_end(raw, i, Escapes::Any)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// `raw` without the whitespace JSON allows around a value (RFC 8259 §2: space, tab, line

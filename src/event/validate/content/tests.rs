@@ -1,8 +1,8 @@
 //! The shortcut against the full validation: whatever it accepts, the full way accepts with the
 //! same result; what it declines goes the full way unchanged.
 
-use super::{validate_content, validate_content_in};
-use crate::event::validate::{parse_received, validate_parsed};
+use super::{validate_content, validate_content_batch, validate_content_in};
+use crate::event::validate::{array_elements, parse_received, validate_parsed};
 use crate::event::{AsEvent, ContentRef, EventType, Fields, ValidEvent};
 use crate::fixtures;
 use bytes::Bytes;
@@ -229,4 +229,131 @@ fn mutated_deltas_never_pass_the_shortcut_alone() {
         accepted += usize::from(shortcut(&raw).is_some());
     }
     assert!(accepted > 1_000, "{accepted} mutants accepted");
+}
+
+/// The full validation of a batch body (as `POST` handles `[...]`): the array parsed, each
+/// element validated with its received bytes.
+fn full_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
+    let Value::Array(items) = parse_received(raw).ok()? else {
+        return None;
+    };
+    let elements = array_elements(raw)?;
+    assert_eq!(elements.len(), items.len());
+    items
+        .into_iter()
+        .zip(elements)
+        .map(|(item, bytes)| validate_parsed(item, bytes, None).ok())
+        .collect()
+}
+
+/// The batch shortcut's answer, after asserting that an acceptance is the full way's.
+fn shortcut_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
+    let fast = validate_content_batch(raw)?;
+    let text = String::from_utf8_lossy(raw);
+    let slow =
+        full_batch(raw).unwrap_or_else(|| panic!("accepted what the full way refuses: {text}"));
+    assert_eq!(fast.len(), slow.len(), "{text}");
+    for (f, s) in fast.iter().zip(&slow) {
+        assert_eq!(f.event_type, s.event_type, "{text}");
+        assert_eq!(f.json, s.json, "{text}");
+        assert_eq!(f.as_value(), &**s.parsed(), "{text}");
+    }
+    Some(fast)
+}
+
+const DELTAS: &[&str] = &[
+    r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":" hello [there] {x}"}"#,
+    r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"q\":[1,2]}"}"#,
+    r#"{"type":"REASONING_MESSAGE_CONTENT","messageId":"r","delta":"\"hm\\","timestamp":17}"#,
+];
+
+#[test]
+fn batches_of_content_deltas_take_the_shortcut() {
+    for separator in [",", ", ", ",\n", " ,\t", "\r\n,\r\n"] {
+        for n in 1..=DELTAS.len() {
+            let body = format!("[{}]", DELTAS[..n].join(separator));
+            let events = shortcut_batch(body.as_bytes()).unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(events.len(), n);
+            for (event, text) in events.iter().zip(DELTAS) {
+                assert_eq!(&event.json[..], text.as_bytes());
+            }
+            let spaced = format!(" \n[ {} ]\r\n", DELTAS[..n].join(separator));
+            assert!(shortcut_batch(spaced.as_bytes()).is_some(), "{spaced}");
+        }
+    }
+}
+
+#[test]
+fn batches_it_cannot_decide_go_the_full_way() {
+    let [a, b, _] = DELTAS else { unreachable!() };
+    let start = r#"{"type":"TEXT_MESSAGE_START","messageId":"m2","role":"assistant"}"#;
+    let bodies = [
+        "[]".to_owned(),
+        "[ ]".to_owned(),
+        format!("[{a},]"),
+        format!("[,{a}]"),
+        format!("[{a},,{b}]"),
+        format!("[{a}{b}]"),
+        format!("[{a} {b}]"),
+        format!("[{a},\x0c{b}]"),
+        format!("[{a},1]"),
+        format!("[{a},{start}]"),
+        format!("[{a}]]"),
+        format!("[[{a}]]"),
+        format!("[{a}"),
+        format!("{a}]"),
+        format!("[{a}] x"),
+        format!("[{a},{b}"),
+        format!("[{}]", &a[..a.len() - 1]),
+        format!("[{a}}}]"),
+        format!("[{a},null]"),
+    ];
+    for body in &bodies {
+        assert!(
+            validate_content_batch(body.as_bytes()).is_none(),
+            "shortcut took {body}"
+        );
+    }
+    // A mixed batch is valid, the full way.
+    assert!(full_batch(format!("[{a},{start}]").as_bytes()).is_some());
+}
+
+/// Mutated batch bodies (a fixed-seed generator): the shortcut never accepts what the full
+/// way refuses, nor gives another result.
+#[test]
+fn mutated_batches_never_pass_the_shortcut_alone() {
+    const PIECES: &[&[u8]] = &[
+        b",", b"[", b"]", b"{", b"}", b" ", b"\x0c", b"\"", b"\\", b"1",
+    ];
+    let base = format!("[{}]", DELTAS.join(","));
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |bound: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % bound
+    };
+    let mut accepted = 0;
+    for _ in 0..20_000 {
+        let mut raw = base.as_bytes().to_vec();
+        for _ in 0..1 + next(2) {
+            let at = next(raw.len());
+            match next(3) {
+                0 => {
+                    let piece = PIECES[next(PIECES.len())];
+                    raw.splice(at..(at + 1).min(raw.len()), piece.iter().copied());
+                }
+                1 => {
+                    raw.remove(at);
+                }
+                _ => {
+                    let end = (at + 1 + next(40)).min(raw.len());
+                    let copy = raw[at..end].to_vec();
+                    raw.splice(at..at, copy);
+                }
+            }
+        }
+        accepted += usize::from(shortcut_batch(&raw).is_some());
+    }
+    assert!(accepted > 500, "{accepted} mutants accepted");
 }
