@@ -166,6 +166,48 @@ fn recorded_content_deltas_take_the_shortcut() {
     assert!(taken * 10 >= content * 8, "{taken} of {content} taken");
 }
 
+/// Byte-level mutants of a text from a fixed-seed generator (a linear congruential one): 1 to
+/// `most` mutations, each a piece put in place of a byte, a byte dropped, or a run of up to
+/// `longest_run` bytes doubled.
+struct Mutator {
+    seed: u64,
+    pieces: &'static [&'static [u8]],
+    most: usize,
+    longest_run: usize,
+}
+
+impl Mutator {
+    fn next(&mut self, bound: usize) -> usize {
+        self.seed = self
+            .seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.seed >> 33) as usize % bound
+    }
+
+    fn mutant(&mut self, base: &[u8]) -> Vec<u8> {
+        let mut raw = base.to_vec();
+        for _ in 0..1 + self.next(self.most) {
+            let at = self.next(raw.len());
+            match self.next(3) {
+                0 => {
+                    let piece = self.pieces[self.next(self.pieces.len())];
+                    raw.splice(at..(at + 1).min(raw.len()), piece.iter().copied());
+                }
+                1 => {
+                    raw.remove(at);
+                }
+                _ => {
+                    let end = (at + 1 + self.next(self.longest_run)).min(raw.len());
+                    let copy = raw[at..end].to_vec();
+                    raw.splice(at..at, copy);
+                }
+            }
+        }
+        raw
+    }
+}
+
 /// Mutated content deltas (bytes replaced, dropped, doubled; a fixed-seed generator): the
 /// shortcut never accepts what the full way refuses, nor gives another result.
 #[test]
@@ -199,33 +241,15 @@ fn mutated_deltas_never_pass_the_shortcut_alone() {
         br#"{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"q\":1}","rawEvent":{"k":[1,2]}}"#,
         br#"{"type":"REASONING_MESSAGE_CONTENT","messageId":"r","delta":"hm","subagentRunId":"s","timestamp":17}"#,
     ];
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |bound: usize| {
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (seed >> 33) as usize % bound
+    let mut mutator = Mutator {
+        seed: 0x9e37_79b9_7f4a_7c15,
+        pieces: PIECES,
+        most: 3,
+        longest_run: 12,
     };
     let mut accepted = 0;
     for round in 0..20_000 {
-        let mut raw = bases[round % bases.len()].to_vec();
-        for _ in 0..1 + next(3) {
-            let at = next(raw.len());
-            match next(3) {
-                0 => {
-                    let piece = PIECES[next(PIECES.len())];
-                    raw.splice(at..(at + 1).min(raw.len()), piece.iter().copied());
-                }
-                1 => {
-                    raw.remove(at);
-                }
-                _ => {
-                    let end = (at + 1 + next(12)).min(raw.len());
-                    let copy = raw[at..end].to_vec();
-                    raw.splice(at..at, copy);
-                }
-            }
-        }
+        let raw = mutator.mutant(bases[round % bases.len()]);
         accepted += usize::from(shortcut(&raw).is_some());
     }
     assert!(accepted > 1_000, "{accepted} mutants accepted");
@@ -326,33 +350,15 @@ fn mutated_batches_never_pass_the_shortcut_alone() {
         b",", b"[", b"]", b"{", b"}", b" ", b"\x0c", b"\"", b"\\", b"1",
     ];
     let base = format!("[{}]", DELTAS.join(","));
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |bound: usize| {
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (seed >> 33) as usize % bound
+    let mut mutator = Mutator {
+        seed: 0x2545_f491_4f6c_dd1d,
+        pieces: PIECES,
+        most: 2,
+        longest_run: 40,
     };
     let mut accepted = 0;
     for _ in 0..20_000 {
-        let mut raw = base.as_bytes().to_vec();
-        for _ in 0..1 + next(2) {
-            let at = next(raw.len());
-            match next(3) {
-                0 => {
-                    let piece = PIECES[next(PIECES.len())];
-                    raw.splice(at..(at + 1).min(raw.len()), piece.iter().copied());
-                }
-                1 => {
-                    raw.remove(at);
-                }
-                _ => {
-                    let end = (at + 1 + next(40)).min(raw.len());
-                    let copy = raw[at..end].to_vec();
-                    raw.splice(at..at, copy);
-                }
-            }
-        }
+        let raw = mutator.mutant(base.as_bytes());
         accepted += usize::from(shortcut_batch(&raw).is_some());
     }
     assert!(accepted > 500, "{accepted} mutants accepted");
