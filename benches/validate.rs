@@ -19,9 +19,7 @@
 //!
 //! `cargo bench --bench validate -- --measurement-time 3`
 
-use agui_fanout::event::validate::{
-    array_elements, parse_received, validate_content_batch, validate_parsed,
-};
+use agui_fanout::event::validate::{parse_received, validate_content_batch, validate_elements};
 use agui_fanout::event::{ThreadId, ValidEvent, validate_event, validate_value};
 use agui_fanout::fold::ThreadFold;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -219,11 +217,8 @@ fn batch_benches(c: &mut Criterion) {
         let Ok(Value::Array(items)) = parse_received(raw) else {
             panic!("an array")
         };
-        let elements = array_elements(raw).expect("an array");
-        items
-            .into_iter()
-            .zip(elements)
-            .map(|(item, bytes)| validate_parsed(item, bytes, Some(&thread)).expect("valid"))
+        validate_elements(items, raw, Some(&thread))
+            .map(|ev| ev.expect("valid"))
             .collect()
     };
     assert_eq!(

@@ -141,6 +141,25 @@ pub fn validate_parsed(
     bounded(value, Some(raw), thread)
 }
 
+/// The elements of a batch body `raw` that `serde_json` parsed into `items` (a JSON array),
+/// each validated as [`validate_parsed`] with its received bytes (as [`validate_value`] when
+/// the bytes cannot be split out), in order; a publish stops at the first error and names its
+/// index.
+pub fn validate_elements<'a>(
+    items: Vec<Value>,
+    raw: &'a [u8],
+    thread: Option<&'a ThreadId>,
+) -> impl Iterator<Item = Result<ValidEvent, ValidationError>> + 'a {
+    let bytes = array_elements(raw).filter(|bytes| bytes.len() == items.len());
+    items
+        .into_iter()
+        .enumerate()
+        .map(move |(i, item)| match &bytes {
+            Some(bytes) => validate_parsed(item, bytes[i], thread),
+            None => validate_value(item, thread),
+        })
+}
+
 /// Refuses a value nested deeper than [`MAX_DEPTH`] (one not from the parser may be), then
 /// [`finish`]es it.
 fn bounded(

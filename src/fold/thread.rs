@@ -304,11 +304,9 @@ impl ThreadFold {
                     }
                     Some("STATE_DELTA") => {
                         let tried = match state.as_mut() {
-                            // The snapshot's copy is dropped after the check: its writes
-                            // need no taking back (and must not be taken back on `own`).
-                            Some(copy) => {
-                                super::try_state_delta(copy, ev, &mut patch::Trial::new())
-                            }
+                            // The snapshot's copy is the check's own: patched directly, its
+                            // writes are not the trial's to take back on `own`.
+                            Some(copy) => super::apply_state_delta_portable(copy, ev),
                             None => super::try_state_delta(own, ev, trial),
                         };
                         tried.map_err(|refusal| Rejection::delta(index, refusal))?;

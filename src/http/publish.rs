@@ -7,9 +7,9 @@ use super::auth::{Action, Credentials};
 use super::body::{self, HeldBody, too_large};
 use super::{ApiError, AppState, head};
 use crate::event::validate::{
-    ParseError, array_elements, parse_received, validate_content, validate_content_batch,
+    ParseError, parse_received, validate_content, validate_content_batch, validate_elements,
 };
-use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed, validate_value};
+use crate::event::{EventType, ThreadId, ValidEvent, validate_parsed};
 use crate::ingest::Producer;
 use crate::log::EventId;
 use crate::metrics as m;
@@ -362,23 +362,15 @@ fn parse_json_body(
     }
     let value = parse_received(bytes).map_err(parse_refusal)?;
     match value {
-        Value::Array(items) => {
-            // Each element keeps its received bytes when they are the compact form.
-            let raw = array_elements(bytes).filter(|raw| raw.len() == items.len());
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    let ev = match &raw {
-                        Some(raw) => validate_parsed(item, raw[i], Some(thread)),
-                        None => validate_value(item, Some(thread)),
-                    }
-                    .map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
-                    check_size(&ev, Some(i), max_event)?;
-                    Ok(ev)
-                })
-                .collect()
-        }
+        // Each element keeps its received bytes when they are the compact form.
+        Value::Array(items) => validate_elements(items, bytes, Some(thread))
+            .enumerate()
+            .map(|(i, ev)| {
+                let ev = ev.map_err(|e| ApiError::invalid_event(e.message, e.field).at(i))?;
+                check_size(&ev, Some(i), max_event)?;
+                Ok(ev)
+            })
+            .collect(),
         Value::Object(_) => {
             let ev = validate_parsed(value, bytes, Some(thread))
                 .map_err(|e| ApiError::invalid_event(e.message, e.field))?;

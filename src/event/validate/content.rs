@@ -60,7 +60,10 @@ pub fn validate_content_in(json: &Bytes) -> Option<ValidEvent> {
 /// so together they are valid JSON).
 pub fn validate_content_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
     let inner = trim_json(raw).strip_prefix(b"[")?.strip_suffix(b"]")?;
-    let mut events = Vec::new();
+    // Split, and look at every element's type, before validating any: a batch that is not all
+    // content deltas (a run of them, then the message's end) is declined without validating
+    // the run twice, here and the full way.
+    let mut elements = Vec::new();
     let mut i = 0;
     loop {
         i = skip_json_space(inner, i);
@@ -68,14 +71,19 @@ pub fn validate_content_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
             return None;
         }
         let end = object_end(inner, i)?;
-        events.push(validate_content(&inner[i..end])?);
+        let element = &inner[i..end];
+        if !names_content_type(element) {
+            return None;
+        }
+        elements.push(element);
         i = skip_json_space(inner, end);
         match inner.get(i) {
-            None => return Some(events),
+            None => break,
             Some(b',') => i += 1,
             Some(_) => return None,
         }
     }
+    elements.into_iter().map(validate_content).collect()
 }
 
 /// The position of the first byte at or after `i` that is not JSON whitespace.

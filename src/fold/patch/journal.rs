@@ -214,8 +214,7 @@ impl Journal {
     /// `remove` of an existing member, keeping the order of the others (JavaScript `delete`
     /// and `splice`). An object key that is not there is a no-op (an inherited name).
     pub(super) fn remove(&mut self, doc: &mut Value, pointer: &PointerBuf) -> Result<(), Fail> {
-        let (removal, value) = self.detach(doc, pointer)?;
-        if let Some((removal, value)) = removal.zip(value) {
+        if let Some((value, removal)) = detach(doc, pointer)? {
             self.record(|| Some(Undo::Removed(removal.at, removal.index, Some(value))));
         }
         Ok(())
@@ -228,45 +227,15 @@ impl Journal {
         doc: &mut Value,
         from: &PointerBuf,
     ) -> Result<(Value, Removal), Fail> {
-        match self.detach(doc, from)? {
-            (Some(removal), Some(value)) => Ok((value, removal)),
-            _ => Err(Fail {
-                code: "OPERATION_FROM_UNRESOLVABLE",
-                message: format!("cannot remove {:?}", from.as_str()),
-            }),
-        }
+        detach(doc, from)?.ok_or_else(|| Fail {
+            code: "OPERATION_FROM_UNRESOLVABLE",
+            message: format!("cannot remove {:?}", from.as_str()),
+        })
     }
 
     /// Records a `move`'s removal; the value goes on to the [`Journal::add`] that follows.
     pub(super) fn moved(&mut self, removal: Removal) {
         self.record(|| Some(Undo::Removed(removal.at, removal.index, None)));
-    }
-
-    /// Removes a member; `(None, _)` for the root (not removable here), `(_, None)` for an
-    /// object key that is not there.
-    fn detach(
-        &mut self,
-        doc: &mut Value,
-        pointer: &PointerBuf,
-    ) -> Result<(Option<Removal>, Option<Value>), Fail> {
-        let Some(at) = Location::of(pointer) else {
-            return broken(pointer.as_str());
-        };
-        let removed = match at.container(doc) {
-            Some(Value::Object(map)) => map
-                .keys()
-                .position(|k| *k == at.member)
-                .and_then(|index| Some((index, map.shift_remove(at.member.as_str())?))),
-            Some(Value::Array(arr)) => match at.index() {
-                Some(k) if k < arr.len() => Some((k, arr.remove(k))),
-                _ => return broken(pointer.as_str()),
-            },
-            _ => return broken(pointer.as_str()),
-        };
-        Ok(match removed {
-            Some((index, value)) => (Some(Removal { at, index }), Some(value)),
-            None => (None, None),
-        })
     }
 
     /// Takes back every recorded write, newest first: `doc` is again what it was before the
@@ -286,6 +255,26 @@ impl Journal {
             }
         }
     }
+}
+
+/// Removes the member at a non-root pointer and returns it with where it was; `Ok(None)` for an
+/// object key that is not there.
+fn detach(doc: &mut Value, pointer: &PointerBuf) -> Result<Option<(Value, Removal)>, Fail> {
+    let Some(at) = Location::of(pointer) else {
+        return broken(pointer.as_str());
+    };
+    let removed = match at.container(doc) {
+        Some(Value::Object(map)) => map
+            .keys()
+            .position(|k| *k == at.member)
+            .and_then(|index| Some((index, map.shift_remove(at.member.as_str())?))),
+        Some(Value::Array(arr)) => match at.index() {
+            Some(k) if k < arr.len() => Some((k, arr.remove(k))),
+            _ => return broken(pointer.as_str()),
+        },
+        _ => return broken(pointer.as_str()),
+    };
+    Ok(removed.map(|(index, value)| (value, Removal { at, index })))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! same result; what it declines goes the full way unchanged.
 
 use super::{validate_content, validate_content_batch, validate_content_in};
-use crate::event::validate::{array_elements, parse_received, validate_parsed};
+use crate::event::validate::{parse_received, validate_elements, validate_parsed};
 use crate::event::{AsEvent, ContentRef, EventType, Fields, ValidEvent};
 use crate::fixtures;
 use bytes::Bytes;
@@ -261,12 +261,8 @@ fn full_batch(raw: &[u8]) -> Option<Vec<ValidEvent>> {
     let Value::Array(items) = parse_received(raw).ok()? else {
         return None;
     };
-    let elements = array_elements(raw)?;
-    assert_eq!(elements.len(), items.len());
-    items
-        .into_iter()
-        .zip(elements)
-        .map(|(item, bytes)| validate_parsed(item, bytes, None).ok())
+    validate_elements(items, raw, None)
+        .map(Result::ok)
         .collect()
 }
 
