@@ -12,6 +12,8 @@
 //!   to subscribers on their own;
 //! - configurations that cannot work are refused at start: several URLs of Redis servers that
 //!   are not a cluster, a database other than 0 with a cluster.
+//!
+//! A failing test shows the brokers' log lines (`info` and above; `RUST_LOG` for more).
 
 mod common;
 
@@ -80,6 +82,7 @@ async fn start_node(cluster: &RedisCluster) -> app::Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_on_every_primary_are_published_subscribed_and_resumed() {
+    common::trace::capture_broker_logs();
     let cluster = RedisCluster::start(3, 0).await;
     let a = start_node(&cluster).await;
     let b = start_node(&cluster).await;
@@ -147,6 +150,7 @@ async fn threads_on_every_primary_are_published_subscribed_and_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrating_under_a_subscriber_loses_and_repeats_nothing() {
+    common::trace::capture_broker_logs();
     let cluster = RedisCluster::start(3, 0).await;
     let a = start_node(&cluster).await;
     let b = start_node(&cluster).await;
@@ -200,6 +204,7 @@ async fn a_slot_migrating_under_a_subscriber_loses_and_repeats_nothing() {
 /// when it starts following it, so events published afterwards arrive through the notes alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notes_go_through_each_threads_shard_channel() {
+    common::trace::capture_broker_logs();
     let cluster = RedisCluster::start(3, 0).await;
     let slow = |c: &mut agui_fanout::config::Config| {
         c.redis_url = cluster.seeds();
@@ -301,6 +306,7 @@ async fn fail_over(cluster: &RedisCluster, slot: u16, replica: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failovers_lose_and_repeat_nothing() {
+    common::trace::capture_broker_logs();
     let mut cluster = RedisCluster::start(3, 1).await;
     let a = start_node(&cluster).await;
     let b = start_node(&cluster).await;
@@ -372,6 +378,7 @@ async fn start_error(url: String) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configurations_that_cannot_work_are_refused_at_start() {
+    common::trace::capture_broker_logs();
     let (one, two) = (RedisServer::start().await, RedisServer::start().await);
     let e = start_error(format!("{},{}", one.url(), two.url())).await;
     assert!(e.contains("not a Redis Cluster"), "{e}");

@@ -15,4 +15,5 @@ pub mod redis_tls;
 pub mod sse;
 pub mod sse_client;
 pub mod tcp_proxy;
+pub mod trace;
 pub mod upstream;
