@@ -191,3 +191,66 @@ async fn an_sse_ingest_open_when_the_drain_ends_gets_its_reply() {
     producer.abort();
     server.wait().await;
 }
+
+/// What became of one connection made while a drain ended.
+#[derive(Debug, PartialEq)]
+enum Fate {
+    /// Refused at connect: the listener was closed (a client retries another node).
+    Refused,
+    /// Connected and answered.
+    Answered,
+    /// Connected (the kernel completed the handshake) and then closed or reset with no answer.
+    Unanswered,
+}
+
+/// Connects, asks `/healthz`, and reads until the close.
+async fn one_connection(addr: std::net::SocketAddr) -> Fate {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return Fate::Refused;
+    };
+    let _ = s
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    if got.starts_with(b"HTTP/1.1 ") {
+        Fate::Answered
+    } else {
+        Fate::Unanswered
+    }
+}
+
+/// Connections made right up to the end of a drain are each answered or refused: those the
+/// kernel completed but the broker had not accepted yet when it stopped accepting are taken
+/// and answered, not reset by the listener's close (a proxy forwarding one would have nothing
+/// to give its client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_queued_when_the_drain_ends_are_answered() {
+    let server = broker::start(|c| c.shutdown.drain = Duration::from_millis(300)).await;
+    let addr = server.addr;
+    start_drain(&server).await;
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut fates = Vec::new();
+                loop {
+                    let fate = one_connection(addr).await;
+                    let refused = fate == Fate::Refused;
+                    fates.push(fate);
+                    if refused {
+                        return fates;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut fates = Vec::new();
+    for c in clients {
+        fates.extend(c.await.expect("client task"));
+    }
+    let unanswered = fates.iter().filter(|f| **f == Fate::Unanswered).count();
+    let answered = fates.iter().filter(|f| **f == Fate::Answered).count();
+    assert!(answered > 0, "some connections came during the drain");
+    assert_eq!(unanswered, 0, "of {} connections", fates.len());
+    server.stop().await;
+}

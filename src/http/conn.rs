@@ -60,7 +60,8 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Pause after a failed `accept` (typically EMFILE: out of file descriptors) before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Accepts connections until `stop_accepting` completes, then waits for the open connections
+/// Accepts connections until `stop_accepting` completes (then takes those still queued, see
+/// `accept::take_queued`, and closes the listener), then waits for the open connections
 /// to finish (hyper's are asked to shut down gracefully; streams end when the drain closes
 /// their queues) or for `deadline`, whichever comes first.
 pub async fn serve<S, D>(
@@ -98,7 +99,18 @@ pub async fn serve<S, D>(
             tracker.clone(),
         ));
     }
-    drop(listener);
+    // Connections the kernel completed meanwhile would be reset by the listener's close:
+    // answered instead, as the drain answers.
+    for (stream, peer) in super::accept::take_queued(listener) {
+        tracker.spawn(handle(
+            stream,
+            peer,
+            state.clone(),
+            router.clone(),
+            graceful.watcher(),
+            tracker.clone(),
+        ));
+    }
     tracker.close();
     tokio::select! {
         _ = async {
@@ -515,6 +527,8 @@ struct HyperSettings {
     /// `limits.max_head_bytes`: hyper's read buffer limit, so a later head on a kept-alive
     /// connection has the same bound as the first (hyper's minimum is 8 KiB).
     max_head: usize,
+    /// The node was draining when the connection reached hyper.
+    draining: bool,
 }
 
 /// Serves a connection with hyper (HTTP/1 with keep-alive, or HTTP/2) and the router; `read`
@@ -541,11 +555,18 @@ async fn serve_hyper(
     settings: HyperSettings,
 ) {
     set_send_buffer(&stream, settings.send_buffer);
+    // An HTTP/1 connection that reaches hyper while the node drains is served its request
+    // and closed (no keep-alive), outside the graceful shutdown: the shutdown closes an
+    // HTTP/1 connection that has not read a request yet at once, unanswered, and when the
+    // drain ends that is every connection just accepted (HTTP/2 keeps it: its `GOAWAY` tells
+    // the client which requests to send again).
+    let one_request = settings.draining && !read.starts_with(H2_PREFACE);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
+        .keep_alive(!one_request)
         .max_buf_size(settings.max_head.max(MIN_HYPER_BUFFER));
     let service = TowerToHyperService::new(router.map_request(
         move |mut req: axum::http::Request<hyper::body::Incoming>| {
@@ -558,7 +579,12 @@ async fn serve_hyper(
     io.set_write_timeout(Some(settings.write_timeout));
     let io = Rewind::new(read, Box::pin(io));
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(e) = watcher.watch(conn).await {
+    let served = if one_request {
+        conn.await
+    } else {
+        watcher.watch(conn).await
+    };
+    if let Err(e) = served {
         if write_timed_out(&*e) {
             metrics::counter!(crate::metrics::DISCONNECTS, "cause" => "write_timeout").increment(1);
         }
@@ -573,6 +599,7 @@ impl HyperSettings {
             write_timeout: state.config.sse.write_timeout,
             send_buffer: state.config.sse.send_buffer,
             max_head: state.config.limits.max_head_bytes,
+            draining: state.draining.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `log`); subscribe leaves it here (`hub` → `queue` → `stream`, whose writers write the
 //! bytes `sse` encodes).
 
+mod accept;
 pub mod admin;
 mod agents;
 pub mod auth;
