@@ -254,3 +254,52 @@ async fn connections_queued_when_the_drain_ends_are_answered() {
     assert_eq!(unanswered, 0, "of {} connections", fates.len());
     server.stop().await;
 }
+
+/// Connections accepted during the drain whose first request comes only after the drain
+/// ended are answered, on HTTP/1 and on HTTP/2 with prior knowledge (hyper's graceful
+/// shutdown used to close both before they read their request, without a byte).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_after_the_drain_ended_is_answered_on_http1_and_http2() {
+    let server = broker::start(|c| c.shutdown.drain = Duration::from_millis(300)).await;
+    start_drain(&server).await;
+    let mut h1 = TcpStream::connect(server.addr).await.expect("connect h1");
+    let h2 = TcpStream::connect(server.addr).await.expect("connect h2");
+    // The drain ends (the node stops accepting) while both wait.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        TcpStream::connect(server.addr).await.is_err(),
+        "no longer accepting"
+    );
+
+    h1.write_all(b"GET /healthz HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .await
+        .expect("send h1");
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), h1.read_to_end(&mut got))
+        .await
+        .expect("h1 closed in time")
+        .expect("h1 read");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(h2),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let req = axum::http::Request::get(format!("http://{}/healthz", server.addr))
+        .body(http_body_util::Empty::<Bytes>::new())
+        .expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req))
+        .await
+        .expect("h2 answer in time")
+        .expect("h2 answer");
+    assert_eq!(resp.status(), 200);
+    server.stop().await;
+}

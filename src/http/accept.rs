@@ -49,6 +49,8 @@ pub(super) fn take_queued(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)>
             Err(e) => tracing::warn!(error = %e, %peer, "cannot serve a queued connection"),
         }
     }
+    // Closed before anything else: a connection completed from here on is reset.
+    drop(listener);
     if !taken.is_empty() {
         tracing::info!(
             connections = taken.len(),

@@ -555,12 +555,13 @@ async fn serve_hyper(
     settings: HyperSettings,
 ) {
     set_send_buffer(&stream, settings.send_buffer);
-    // An HTTP/1 connection that reaches hyper while the node drains is served its request
-    // and closed (no keep-alive), outside the graceful shutdown: the shutdown closes an
-    // HTTP/1 connection that has not read a request yet at once, unanswered, and when the
-    // drain ends that is every connection just accepted (HTTP/2 keeps it: its `GOAWAY` tells
-    // the client which requests to send again).
-    let one_request = settings.draining && !read.starts_with(H2_PREFACE);
+    // A connection that reaches hyper while the node drains is served outside the graceful
+    // shutdown, which closes a connection that has not read its first request yet at once,
+    // with no answer (HTTP/2's `GOAWAY` included), and when the drain ends that is every
+    // connection just accepted. HTTP/1 is served its one request and closed (no
+    // keep-alive); HTTP/2 until the client is done or the drain's deadline.
+    let draining = settings.draining;
+    let one_request = draining && !read.starts_with(H2_PREFACE);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -579,7 +580,7 @@ async fn serve_hyper(
     io.set_write_timeout(Some(settings.write_timeout));
     let io = Rewind::new(read, Box::pin(io));
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    let served = if one_request {
+    let served = if draining {
         conn.await
     } else {
         watcher.watch(conn).await

@@ -402,7 +402,14 @@ async fn next_head(
         buf.reserve(FIRST_READ);
         let read = tokio::select! {
             biased;
-            _ = state.drain_ended.cancelled() => return Head::Other(Next::Done),
+            _ = state.drain_ended.cancelled() => {
+                // A request that already arrived is still served (its answer closes the
+                // connection); closing with it unread would reset the connection.
+                match stream.try_read_buf(buf) {
+                    Ok(n) if n > 0 => continue,
+                    _ => return Head::Other(Next::Done),
+                }
+            }
             read = tokio::time::timeout_at(deadline, stream.read_buf(buf)) => read,
         };
         match read {
