@@ -77,6 +77,16 @@ pub async fn serve<S, D>(
     let graceful = GracefulShutdown::new();
     let tracker = TaskTracker::new();
     tokio::pin!(stop_accepting);
+    let serve_one = |stream, peer| {
+        tracker.spawn(handle(
+            stream,
+            peer,
+            state.clone(),
+            router.clone(),
+            graceful.watcher(),
+            tracker.clone(),
+        ));
+    };
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -90,26 +100,12 @@ pub async fn serve<S, D>(
                 }
             },
         };
-        tracker.spawn(handle(
-            stream,
-            peer,
-            state.clone(),
-            router.clone(),
-            graceful.watcher(),
-            tracker.clone(),
-        ));
+        serve_one(stream, peer);
     }
     // Connections the kernel completed meanwhile would be reset by the listener's close:
     // answered instead, as the drain answers.
     for (stream, peer) in super::accept::take_queued(listener) {
-        tracker.spawn(handle(
-            stream,
-            peer,
-            state.clone(),
-            router.clone(),
-            graceful.watcher(),
-            tracker.clone(),
-        ));
+        serve_one(stream, peer);
     }
     tracker.close();
     tokio::select! {
