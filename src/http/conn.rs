@@ -551,19 +551,11 @@ async fn serve_hyper(
     settings: HyperSettings,
 ) {
     set_send_buffer(&stream, settings.send_buffer);
-    // A connection that reaches hyper while the node drains is served outside the graceful
-    // shutdown, which closes a connection that has not read its first request yet at once,
-    // with no answer (HTTP/2's `GOAWAY` included), and when the drain ends that is every
-    // connection just accepted. HTTP/1 is served its one request and closed (no
-    // keep-alive); HTTP/2 until the client is done or the drain's deadline.
-    let draining = settings.draining;
-    let one_request = draining && !read.starts_with(H2_PREFACE);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
-        .keep_alive(!one_request)
         .max_buf_size(settings.max_head.max(MIN_HYPER_BUFFER));
     let service = TowerToHyperService::new(router.map_request(
         move |mut req: axum::http::Request<hyper::body::Incoming>| {
@@ -576,7 +568,12 @@ async fn serve_hyper(
     io.set_write_timeout(Some(settings.write_timeout));
     let io = Rewind::new(read, Box::pin(io));
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    let served = if draining {
+    // A connection that reaches hyper while the node drains is served outside the graceful
+    // shutdown, which closes a connection that has not read its first request yet at once,
+    // with no answer (HTTP/2's `GOAWAY` included), and when the drain ends that is every
+    // connection just accepted. HTTP/1 closes after its answer (`Connection: close`, the
+    // draining layer); HTTP/2 goes on until the client is done or the drain's deadline.
+    let served = if settings.draining {
         conn.await
     } else {
         watcher.watch(conn).await
